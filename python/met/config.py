@@ -1,0 +1,20 @@
+"""Engine configuration (the server and CLI layer their own options on top, read in one place)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None  # GGUF file or Hugging Face folder; None: the default model
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    device: str = "auto"  # auto | cpu | cuda
+    max_num_seqs: int = 8
+    max_prefill_tokens: int = 512  # chunk length of chunked prefill; 0: whole prompts
+    max_batch_tokens: int = 8192
+    max_model_len: int | None = None  # default: the model's context, capped at 4096
+    kv_cache_blocks: int | None = None  # default: enough for max_num_seqs full contexts
+    block_size: int = 16
+    enable_prefix_cache: bool = True
+    max_queue: int = 256

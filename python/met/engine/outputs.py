@@ -1,0 +1,51 @@
+"""What the engine hands back to its callers, one value per request per engine step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class CompletionDelta:
+    """New output of one request since the previous delta.
+
+    `text` has stop strings already cut and never ends in half a UTF-8 character; it may be empty
+    while text is held back because it could be the start of a stop string.
+    """
+
+    request_id: str
+    token_ids: list[int]
+    text: str
+    logprobs: list[TokenLogprob] | None
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" | "abort" | "timeout"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass
+class EngineStats:
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    prefix_cache_queried_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
+    generated_tokens_total: int = 0
+    requests: list[dict] = field(default_factory=list)  # id, state, prompt/generated tokens, age
+
+
+class QueueFullError(RuntimeError):
+    """The waiting queue is at --max-queue; the caller should retry later (HTTP 503)."""
+
+
+class EngineDeadError(RuntimeError):
+    """The engine thread failed; no request can be served any more."""

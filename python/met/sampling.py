@@ -1,0 +1,61 @@
+"""User-facing sampling parameters, shared by the offline API, the server and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """What a request asks of the sampler and of the stop logic (vLLM's names and defaults)."""
+
+    n: int = 1
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    include_stop_str_in_output: bool = False
+
+    def validate(self, vocab_size: int | None = None) -> None:
+        """Raise ValueError("<param>: <why>") for the first out-of-range field."""
+        checks = [
+            ("n", self.n >= 1, "must be at least 1"),
+            ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "must be at least 1"),
+            ("min_tokens", self.min_tokens >= 0, "must be non-negative"),
+            ("temperature", 0.0 <= self.temperature <= 2.0 + 1e-9, "must be in [0, 2]"),
+            ("top_p", 0.0 < self.top_p <= 1.0, "must be in (0, 1]"),
+            ("top_k", self.top_k >= -1, "must be -1, 0 (off) or positive"),
+            ("min_p", 0.0 <= self.min_p <= 1.0, "must be in [0, 1]"),
+            ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "must be in [-2, 2]"),
+            ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "must be in [-2, 2]"),
+            ("repetition_penalty", 0.0 < self.repetition_penalty <= 2.0, "must be in (0, 2]"),
+            ("logprobs", self.logprobs is None or 0 <= self.logprobs <= 20, "must be in [0, 20]"),
+        ]
+        for name, ok, why in checks:
+            if not ok:
+                raise ValueError(f"{name}: {why}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError("min_tokens: must not exceed max_tokens")
+        for token_id, bias in self.logit_bias.items():
+            if vocab_size is not None and not 0 <= int(token_id) < vocab_size:
+                raise ValueError(f"logit_bias: token id {token_id} is outside the vocabulary")
+            if not -100.0 <= float(bias) <= 100.0:
+                raise ValueError("logit_bias: values must be in [-100, 100]")
+        for token_id in self.stop_token_ids:
+            if vocab_size is not None and not 0 <= token_id < vocab_size:
+                raise ValueError(f"stop_token_ids: token id {token_id} is outside the vocabulary")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 or self.top_k == 1
