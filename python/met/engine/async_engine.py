@@ -1,0 +1,214 @@
+"""The engine loop the server uses: one engine thread runs ticks; asyncio callers add and abort.
+
+Only the engine thread touches the scheduler and the model. Other threads talk to it through a
+command queue and read a stats snapshot it republishes after every tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from met.config import EngineConfig
+from met.engine.core import EngineCore
+from met.engine.outputs import CompletionDelta, EngineDeadError, EngineStats, QueueFullError
+from met.sampling import SamplingParams
+
+log = logging.getLogger("met.engine")
+
+
+@dataclass
+class _Subscriber:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+
+class RequestStream:
+    """Async iterator over one request's deltas; the last one has `finished=True`."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, inbox: asyncio.Queue) -> None:
+        self._engine = engine
+        self.request_id = request_id
+        self._inbox = inbox
+        self._done = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> CompletionDelta:
+        if self._done:
+            raise StopAsyncIteration
+        item = await self._inbox.get()
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        if item.finished:
+            self._done = True
+        return item
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            self._engine.abort(self.request_id)
+
+
+class AsyncEngine:
+    def __init__(
+        self, config: EngineConfig, progress: Callable[[str, int, int], None] | None = None
+    ) -> None:
+        self.config = config
+        self._progress = progress
+        self.ready = False
+        self.core: EngineCore | None = None
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._subscribers: dict[str, _Subscriber] = {}
+        self._stats = EngineStats()
+        self._accepting = True
+        self._stopping = False
+        self._dead: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- loading ---
+    def load(self) -> None:
+        """Blocking: loads the model and starts the engine thread."""
+        self.core = EngineCore(self.config, self._progress)
+        self._stats = self.core.stats()
+        self._thread = threading.Thread(target=self._run, name="met-engine", daemon=True)
+        self._thread.start()
+        self.ready = True
+
+    @property
+    def tokenizer(self):
+        return self.core.tokenizer
+
+    @property
+    def model_name(self) -> str:
+        return self.core.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.core.max_model_len
+
+    @property
+    def info(self) -> dict:
+        core = self.core
+        return {
+            "model_path": str(core.model_path),
+            "dtype": str(core.model.dtype).removeprefix("torch."),
+            "device": str(core.model.device),
+            "kv_blocks_total": core.blocks.num_total_blocks(),
+            "block_size": core.blocks.block_size(),
+            "max_num_seqs": self.config.max_num_seqs,
+            "max_model_len": core.max_model_len,
+        }
+
+    # --- requests (any thread with a running event loop) ---
+    async def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        timeout_s: float | None = None,
+    ) -> RequestStream:
+        if self._dead is not None:
+            raise EngineDeadError(f"the engine stopped: {self._dead}")
+        if not self._accepting:
+            raise QueueFullError("the server is shutting down")
+        self.core.check_request(prompt_token_ids, params)
+        waiting = len(self._subscribers) - self.config.max_num_seqs
+        if waiting >= self.config.max_queue:
+            raise QueueFullError(f"the waiting queue is full ({self.config.max_queue} requests)")
+        inbox: asyncio.Queue = asyncio.Queue()
+        self._subscribers[request_id] = _Subscriber(asyncio.get_running_loop(), inbox)
+        self._send(("add", request_id, list(prompt_token_ids), params, timeout_s))
+        return RequestStream(self, request_id, inbox)
+
+    def abort(self, request_id: str) -> None:
+        self._send(("abort", request_id))
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Refuses new requests, lets in-flight ones finish for `grace_s`, aborts the rest."""
+        self._accepting = False
+        deadline = time.monotonic() + grace_s
+        while self._subscribers and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for request_id in list(self._subscribers):
+            self.abort(request_id)
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10.0)
+
+    # --- the engine thread ---
+    def _send(self, command: tuple) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    def _run(self) -> None:
+        core = self.core
+        try:
+            while not self._stopping:
+                self._apply_commands()
+                if not core.has_work():
+                    self._stats = core.stats()
+                    self._wake.wait(0.1)
+                    self._wake.clear()
+                    continue
+                for delta in core.step():
+                    self._deliver(delta)
+                self._stats = core.stats()
+            core.shutdown()
+        except BaseException as exc:  # the engine thread must never die silently
+            log.exception("engine thread failed")
+            self._dead = exc
+            self._fail_all(EngineDeadError(f"the engine stopped: {exc}"))
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "add":
+                _, request_id, tokens, params, timeout_s = command
+                try:
+                    self.core.add_request(request_id, tokens, params, timeout_s)
+                except ValueError as exc:
+                    self._publish(request_id, exc)
+            else:
+                self.core.abort(command[1])
+                self._subscribers.pop(command[1], None)
+
+    def _deliver(self, delta: CompletionDelta) -> None:
+        if delta.finished:
+            subscriber = self._subscribers.pop(delta.request_id, None)
+        else:
+            subscriber = self._subscribers.get(delta.request_id)
+        if subscriber is not None:
+            _post(subscriber, delta)
+
+    def _publish(self, request_id: str, item) -> None:
+        subscriber = self._subscribers.pop(request_id, None)
+        if subscriber is not None:
+            _post(subscriber, item)
+
+    def _fail_all(self, error: BaseException) -> None:
+        for request_id in list(self._subscribers):
+            self._publish(request_id, error)
+
+
+def _post(subscriber: _Subscriber, item) -> None:
+    """Hands an item to the caller's event loop; a loop that has closed has no reader left."""
+    try:
+        subscriber.loop.call_soon_threadsafe(subscriber.queue.put_nowait, item)
+    except RuntimeError:
+        pass

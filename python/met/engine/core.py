@@ -1,0 +1,212 @@
+"""The synchronous engine: model + KV pool + C++ scheduler, stepped by one thread at a time."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from met import _core
+from met.config import EngineConfig
+from met.engine.output import RequestOutputState
+from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
+from met.engine.torch_backend import TorchBackend
+from met.models import load_model, resolve_model
+from met.sampling import SamplingParams
+
+_KV_BUDGET_BYTES = 1 << 30  # default KV pool: 1 GiB, at least one full context
+
+
+@dataclass
+class _Live:
+    """A request the engine has handed to the scheduler and not yet finished."""
+
+    state: RequestOutputState
+    started: float
+    aborted: bool = False
+
+
+class EngineCore:
+    def __init__(
+        self, config: EngineConfig, progress: Callable[[str, int, int], None] | None = None
+    ) -> None:
+        self.config = config
+        self.model_path = resolve_model(config.model)
+        self.model_config, self.model, self.tokenizer = load_model(
+            self.model_path, dtype=config.dtype, device=config.device, progress=progress
+        )
+        self.max_model_len = min(
+            config.max_model_len or self.model_config.context_length,
+            self.model_config.context_length,
+        )
+        num_blocks = self._num_kv_blocks()
+        self.model.allocate_kv_cache(num_blocks, config.block_size)
+        self.blocks = _core.BlockManager(num_blocks, config.block_size, config.enable_prefix_cache)
+        self.backend = TorchBackend(self.model, self.blocks, config.max_num_seqs)
+        self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
+        self._ids = itertools.count(1)
+        self._live: dict[int, _Live] = {}
+        self._by_name: dict[str, int] = {}
+        self.generated_tokens_total = 0
+
+    def _num_kv_blocks(self) -> int:
+        if self.config.kv_cache_blocks:
+            return self.config.kv_cache_blocks
+        per_block = self.model.kv_bytes_per_token() * self.config.block_size
+        one_context = math.ceil(self.max_model_len / self.config.block_size) + 1
+        wanted = one_context * self.config.max_num_seqs
+        return max(one_context, min(wanted, _KV_BUDGET_BYTES // per_block))
+
+    def _scheduler_config(self) -> _core.SchedulerConfig:
+        cfg = _core.SchedulerConfig()
+        cfg.max_batch_size = self.config.max_num_seqs
+        cfg.max_prefill_tokens = self.config.max_prefill_tokens
+        cfg.max_batch_tokens = self.config.max_batch_tokens
+        cfg.max_seq_len = self.max_model_len
+        cfg.eos_tokens = list(self.tokenizer.eos_token_ids)
+        return cfg
+
+    @property
+    def model_name(self) -> str:
+        return self.model_path.stem.split(".")[0] if self.model_path.is_file() else self.model_path.name
+
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """Validates a request; returns the max_tokens it will run with (clamped to the context)."""
+        params.validate(self.model_config.vocab_size)
+        n_prompt = len(prompt_token_ids)
+        if n_prompt == 0:
+            raise ValueError("prompt: must not be empty")
+        if any(not 0 <= t < self.model_config.vocab_size for t in prompt_token_ids):
+            raise ValueError("prompt: token ids must be inside the vocabulary")
+        room = self.max_model_len - n_prompt
+        if room <= 0:
+            raise ValueError(
+                f"prompt: this model's maximum context length is {self.max_model_len} tokens, "
+                f"but the prompt has {n_prompt} tokens"
+            )
+        return min(params.max_tokens or room, room)
+
+    def add_request(
+        self,
+        name: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        timeout_s: float | None = None,
+    ) -> None:
+        max_tokens = self.check_request(prompt_token_ids, params)
+        rid = next(self._ids)
+        request = _core.Request()
+        request.id = rid
+        request.prompt = list(prompt_token_ids)
+        request.params = _core_params(params, max_tokens)
+        if timeout_s is not None:
+            request.has_deadline = True
+            request.deadline = time.monotonic() + timeout_s
+        state = RequestOutputState(name, len(prompt_token_ids), params, self.tokenizer)
+        self._live[rid] = _Live(state, time.monotonic())
+        self._by_name[name] = rid
+        self.scheduler.add_request(request)
+
+    def abort(self, name: str) -> None:
+        rid = self._by_name.get(name)
+        if rid is not None and rid in self._live:
+            self._live[rid].aborted = True
+            self.scheduler.abort_request(rid)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[CompletionDelta]:
+        """Runs one scheduler tick and returns the deltas it produced, in event order."""
+        self.scheduler.tick(time.monotonic())
+        deltas = []
+        for event in self.scheduler.take_events():
+            live = self._live.get(event.request_id)
+            if live is None:
+                continue
+            delta = self._on_event(event, live)
+            if delta is not None and not live.aborted:
+                deltas.append(delta)
+        return deltas
+
+    def _on_event(self, event, live: _Live) -> CompletionDelta | None:
+        state = live.state
+        kind = event.kind
+        if kind == _core.ClientEvent.Kind.Token:
+            if state.finished:
+                return None
+            self.generated_tokens_total += 1
+            delta = state.on_token(event.token.token, _logprob(event))
+            if delta.finished:
+                self.scheduler.abort_request(event.request_id)
+                self._forget(event.request_id)
+            return delta
+        self._forget(event.request_id)
+        if state.finished:
+            return None
+        if kind == _core.ClientEvent.Kind.Done:
+            reason = "abort" if live.aborted else event.finish_reason
+            return state.on_done(reason, event.n, event.cached)
+        return state.on_done("error", state.completion_tokens, state.cached_tokens)
+
+    def _forget(self, rid: int) -> None:
+        live = self._live.pop(rid, None)
+        if live is not None:
+            self._by_name.pop(live.state.request_id, None)
+
+    def stats(self) -> EngineStats:
+        sched = self.scheduler.stats()
+        now = time.monotonic()
+        requests = [
+            {
+                "id": live.state.request_id,
+                "prompt_tokens": live.state.prompt_len,
+                "generated_tokens": live.state.completion_tokens,
+                "age_s": now - live.started,
+            }
+            for live in self._live.values()
+        ]
+        return EngineStats(
+            num_running=sched.running + sched.prefilling,
+            num_waiting=sched.waiting + sched.requeued,
+            kv_blocks_used=self.blocks.num_used_blocks(),
+            kv_blocks_total=self.blocks.num_total_blocks(),
+            prefix_cache_queried_tokens=self.blocks.prefix_queried_tokens(),
+            prefix_cache_hit_tokens=self.blocks.prefix_hit_tokens(),
+            generated_tokens_total=self.generated_tokens_total,
+            requests=requests,
+        )
+
+    def shutdown(self) -> None:
+        self.scheduler.close_inbox()
+        while not self.scheduler.tick(time.monotonic()).shutdown:
+            self.scheduler.take_events()
+
+
+def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParams:
+    out = _core.SamplingParams()
+    out.temperature = 0.0 if params.greedy else params.temperature
+    out.top_k = max(params.top_k, 0)
+    out.top_p = params.top_p
+    out.min_p = params.min_p
+    out.seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little")
+    out.repetition_penalty = params.repetition_penalty
+    out.presence_penalty = params.presence_penalty
+    out.frequency_penalty = params.frequency_penalty
+    out.logit_bias = [(int(k), float(v)) for k, v in params.logit_bias.items()]
+    out.top_logprobs = -1 if params.logprobs is None else params.logprobs
+    out.max_tokens = max_tokens
+    out.min_tokens = params.min_tokens
+    out.stop_token_ids = list(params.stop_token_ids)
+    out.ignore_eos = params.ignore_eos
+    return out
+
+
+def _logprob(event) -> TokenLogprob | None:
+    if not event.with_logprobs:
+        return None
+    tok = event.token
+    return TokenLogprob(tok.token, tok.logprob, [(int(i), float(lp)) for i, lp in tok.top])

@@ -1,0 +1,207 @@
+"""The real device behind the C++ scheduler: a torch model over a paged KV cache.
+
+The scheduler decides what runs; this backend turns each forward call into one packed batched
+forward, with KV pages handed out by the C++ block manager (keyed by the sequence's request id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from met import _core
+from met.model.sampler import SampleSpec, sample
+
+# Calls the scheduler issues for the trace's sake that mean nothing to a single-process dense
+# model (streams/events on CPU, EP words, SSM checkpoints) are inherited no-ops from _core.Backend.
+
+
+@dataclass
+class _Row:
+    """One row of a packed forward: `tokens` written at positions start.. of `seq`."""
+
+    seq: _core.Sequence
+    tokens: list[int]
+    start: int
+
+
+class TorchBackend(_core.Backend):
+    def __init__(self, model, block_manager: _core.BlockManager, max_slots: int) -> None:
+        _core.Backend.__init__(self)
+        self.model = model
+        self.blocks = block_manager
+        self._free_slots = list(range(max_slots - 1, -1, -1))  # sorted descending; pop = lowest
+        self._logits: torch.Tensor | None = None
+        self._history: dict[int, list[int]] = {}
+
+    # --- silent queries ---
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    def block_size(self) -> int:
+        return self.blocks.block_size()
+
+    def num_total_blocks(self) -> int:
+        return self.blocks.num_total_blocks()
+
+    def num_free_blocks(self) -> int:
+        return self.blocks.num_free_blocks()
+
+    def match_prefix(self, seq: _core.Sequence, prompt: list[int]) -> int:
+        cached = self.blocks.allocate_prefix(seq.session_hash, list(prompt))
+        if cached:
+            self._history[seq.session_hash] = list(prompt[:cached])
+            seq.tokens = prompt[:cached]
+            seq.seq_len = cached
+            seq.block_table = self.blocks.table(seq.session_hash)
+            seq.cached_len = cached
+        return cached
+
+    # --- streams and events: one CPU/torch stream, so ids are labels only ---
+    def create_stream(self) -> int:
+        return 1
+
+    def create_event(self) -> int:
+        return 2
+
+    # --- sequences ---
+    def alloc_sequence(self, seq: _core.Sequence) -> None:
+        seq.slot = self._free_slots.pop()
+
+    def alloc_sequence_for(self, seq: _core.Sequence, budget: int) -> None:
+        self.alloc_sequence(seq)
+
+    def free_sequence(self, seq: _core.Sequence) -> None:
+        if self.blocks.has(seq.session_hash):
+            self.blocks.release(seq.session_hash)
+        self._history.pop(seq.session_hash, None)
+        seq.block_table = []
+        self._release_slot(seq.slot)
+
+    def compact_sequence(self, seq: _core.Sequence, new_slot: int) -> None:
+        if new_slot == seq.slot:
+            return
+        self._free_slots.remove(new_slot)
+        self._release_slot(seq.slot)
+        seq.slot = new_slot
+
+    def _release_slot(self, slot: int) -> None:
+        self._free_slots.append(slot)
+        self._free_slots.sort(reverse=True)
+
+    # --- forwards ---
+    def prefill(self, seq: _core.Sequence, prompt: list[int], stream: int) -> None:
+        start = seq.seq_len
+        self._forward([_Row(seq, list(prompt[start:]), start)])
+
+    def prefill_chunk(self, seq, prompt, start, length, last, stream) -> None:
+        self._forward([_Row(seq, list(prompt[start : start + length]), start)])
+
+    def mixed_forward(self, decode_seqs, decode_tokens, prefill_slice, stream) -> None:
+        self._forward(self._decode_rows(decode_seqs, decode_tokens) + [_slice_row(prefill_slice)])
+
+    def mixed_forward_batch(self, decode_seqs, decode_tokens, slices, stream) -> None:
+        rows = self._decode_rows(decode_seqs, decode_tokens)
+        self._forward(rows + [_slice_row(s) for s in slices])
+
+    def prefill_batch_chunk(self, slices, stream) -> None:
+        self._forward([_slice_row(s) for s in slices])
+
+    def decode_batch(self, tokens, seqs, stream) -> None:
+        self._forward(self._decode_rows(seqs, tokens))
+
+    @staticmethod
+    def _decode_rows(seqs, tokens) -> list[_Row]:
+        return [_Row(seq, [int(tok)], seq.seq_len) for seq, tok in zip(seqs, tokens, strict=True)]
+
+    def _forward(self, rows: list[_Row]) -> None:
+        tables = [self._reserve(row) for row in rows]
+        self._logits = self.model.forward(**self._pack(rows, tables))
+        for row, table in zip(rows, tables, strict=True):
+            self._advance(row, table)
+
+    def _pack(self, rows: list[_Row], tables: list[list[int]]) -> dict[str, torch.Tensor]:
+        """Packs variable-length rows into the flat tensors of one batched paged forward."""
+        block_size = self.blocks.block_size()
+        ids, positions, slots, query_lens = [], [], [], []
+        for row, table in zip(rows, tables, strict=True):
+            span = range(row.start, row.start + len(row.tokens))
+            ids.extend(row.tokens)
+            positions.extend(span)
+            slots.extend(table[p // block_size] * block_size + p % block_size for p in span)
+            query_lens.append(len(row.tokens))
+        width = max(len(t) for t in tables)
+        padded = [t + [0] * (width - len(t)) for t in tables]
+        cu = [0]
+        for n in query_lens:
+            cu.append(cu[-1] + n)
+        device = self.model.device
+        as_long = {"dtype": torch.int64, "device": device}
+        as_int = {"dtype": torch.int32, "device": device}
+        return {
+            "input_ids": torch.tensor(ids, **as_long),
+            "positions": torch.tensor(positions, **as_long),
+            "slot_mapping": torch.tensor(slots, **as_long),
+            "block_tables": torch.tensor(padded, **as_int),
+            "seq_lens": torch.tensor([r.start + len(r.tokens) for r in rows], **as_int),
+            "cu_seqlens": torch.tensor(cu, **as_int),
+            "logits_rows": torch.tensor([c - 1 for c in cu[1:]], **as_long),
+        }
+
+    def _reserve(self, row: _Row) -> list[int]:
+        """Grows the row's block table to cover its new tokens, or raises KvExhausted."""
+        seq_id = row.seq.session_hash
+        if not self.blocks.has(seq_id):
+            self.blocks.allocate_prefix(seq_id, [])
+        if not self.blocks.grow(seq_id, row.start + len(row.tokens)):
+            raise _core.KvExhausted("KV cache exhausted")
+        return self.blocks.table(seq_id)
+
+    def _advance(self, row: _Row, table: list[int]) -> None:
+        seq_id = row.seq.session_hash
+        history = self._history.setdefault(seq_id, [])
+        del history[row.start :]
+        history.extend(row.tokens)
+        row.seq.seq_len = len(history)
+        row.seq.tokens = history
+        row.seq.block_table = table
+        block_size = self.blocks.block_size()
+        if len(history) // block_size > row.start // block_size:
+            self.blocks.commit(seq_id, history)
+
+    # --- readback ---
+    def argmax_on_device(self, row: int, stream: int) -> int:
+        return int(self._logits[row].argmax())
+
+    def argmax_batch(self, row: int, n: int, stream: int) -> list[int]:
+        return self._logits[row : row + n].argmax(dim=-1).tolist()
+
+    def copy_logits_to_host(self, row: int, n: int) -> None:
+        """Sampling runs where the logits already live; nothing to copy."""
+
+    def sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
+        index = torch.tensor([r.row for r in rows], device=self._logits.device)
+        specs = [_sample_spec(r, self._history.get(r.seq.session_hash, [])) for r in rows]
+        results = []
+        for picked in sample(self._logits.index_select(0, index), specs):
+            out = _core.SampledToken()
+            out.token, out.logprob, out.top = picked.token, picked.logprob, picked.top
+            results.append(out)
+        return results
+
+
+def _slice_row(piece: _core.PrefillSlice) -> _Row:
+    prompt = piece.prompt
+    return _Row(piece.seq, list(prompt[piece.start : piece.start + piece.len]), piece.start)
+
+
+def _sample_spec(row: _core.SampleRow, history: list[int]) -> SampleSpec:
+    return SampleSpec(
+        params=row.params,
+        history=history,
+        prompt_len=row.seq.prompt_len,
+        n_generated=row.n_generated,
+        mask_stop=row.mask_stop,
+        stop_tokens=list(row.stop_tokens),
+    )
