@@ -53,6 +53,7 @@ void bind_block_manager(py::module_& m) {
       .def("num_used_blocks", &BlockManager::num_used_blocks)
       .def("num_cached_blocks", &BlockManager::num_cached_blocks)
       .def("prefix_cache_enabled", &BlockManager::prefix_cache_enabled)
+      .def("ref_count", &BlockManager::ref_count, py::arg("block"))
       .def("prefix_queried_tokens", &BlockManager::prefix_queried_tokens)
       .def("prefix_hit_tokens", &BlockManager::prefix_hit_tokens)
       .def("check_invariants", &BlockManager::check_invariants)

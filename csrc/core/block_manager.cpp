@@ -97,6 +97,12 @@ const std::vector<int32_t>& BlockManager::table(uint64_t seq) const {
   return it->second.table;
 }
 
+int32_t BlockManager::ref_count(int32_t block) const {
+  if (block < 0 || block >= num_total_blocks())
+    throw std::invalid_argument("BlockManager: no block " + std::to_string(block));
+  return blocks_[block].ref;
+}
+
 int32_t BlockManager::allocate_prefix(uint64_t seq, const std::vector<int32_t>& prompt) {
   return allocate_prefix(seq, prompt.data(), prompt.size());
 }

@@ -76,6 +76,7 @@ class BlockManager {
   int32_t num_used_blocks() const { return num_total_blocks() - num_free_; }
   int32_t num_cached_blocks() const { return num_cached_free_; }  // free and hashed
   bool prefix_cache_enabled() const { return enable_prefix_cache_; }
+  int32_t ref_count(int32_t block) const;  // for tests and debugging
   // Counted by allocate_prefix while the prefix cache is on: prompt tokens asked / found cached.
   int64_t prefix_queried_tokens() const { return queried_tokens_; }
   int64_t prefix_hit_tokens() const { return hit_tokens_; }
