@@ -1,0 +1,206 @@
+"""Read a GGUF file: metadata into a ModelConfig, tensors dequantized one at a time into torch."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+
+SUPPORTED_TYPES = {
+    GGMLQuantizationType.F32,
+    GGMLQuantizationType.F16,
+    GGMLQuantizationType.BF16,
+    GGMLQuantizationType.Q8_0,
+    GGMLQuantizationType.Q4_0,
+    GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q4_K,
+    GGMLQuantizationType.Q5_K,
+    GGMLQuantizationType.Q6_K,
+}
+# Architectures whose Q/K rows llama.cpp's converter interleaves for its RoPE kernel. Qwen2 files
+# use NEOX RoPE and keep the original row order.
+_PERMUTED_ARCHS = {"llama"}
+_SUPPORTED_ARCHS = {"llama", "qwen2"}
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "embed",
+    "output.weight": "lm_head",
+    "output_norm.weight": "norm",
+}
+_LAYER_NAMES = {
+    "attn_norm.weight": "attn_norm",
+    "attn_q.weight": "wq",
+    "attn_k.weight": "wk",
+    "attn_v.weight": "wv",
+    "attn_q.bias": "bq",
+    "attn_k.bias": "bk",
+    "attn_v.bias": "bv",
+    "attn_output.weight": "wo",
+    "ffn_norm.weight": "mlp_norm",
+    "ffn_gate.weight": "w_gate",
+    "ffn_up.weight": "w_up",
+    "ffn_down.weight": "w_down",
+}
+_LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def open_gguf(path: str | Path) -> GGUFReader:
+    """Open (memory-map) a GGUF file, turning every way it can be unreadable into ModelLoadError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(
+            f"{path}: no such model file; pass an existing .gguf file or run `met pull` "
+            "to download the default model"
+        )
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelLoadError(
+            f"{path}: not a GGUF file (magic {magic!r}); re-download it or point at a .gguf file"
+        )
+    try:
+        return GGUFReader(path, "r")
+    except Exception as exc:  # the reader raises bare ValueError/IndexError on truncation
+        raise ModelLoadError(
+            f"{path}: the GGUF file is corrupt or truncated ({exc}); "
+            "delete it and download it again"
+        ) from exc
+
+
+def field_value(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    field = reader.fields.get(key)
+    return default if field is None else field.contents()
+
+
+def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
+    """The decoder's shape and the chat metadata, as llama.cpp names them."""
+    arch = field_value(reader, "general.architecture")
+    if arch not in _SUPPORTED_ARCHS:
+        raise ModelLoadError(
+            f"{path}: architecture {arch!r} is not supported (supported: "
+            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen2-style model"
+        )
+
+    def get(key: str, default: Any = None) -> Any:
+        value = field_value(reader, f"{arch}.{key}", default)
+        if value is None:
+            raise ModelLoadError(
+                f"{path}: metadata {arch}.{key} is missing; the file is incomplete"
+            )
+        return value
+
+    n_heads = int(get("attention.head_count"))
+    hidden = int(get("embedding_length"))
+    tokens = field_value(reader, "tokenizer.ggml.tokens", [])
+    # Chat models may end a turn with a token other than EOS (Llama 3's <|eot_id|>).
+    eos_keys = ("eos_token_id", "eot_token_id", "eom_token_id")
+    eos = [field_value(reader, f"tokenizer.ggml.{k}") for k in eos_keys]
+    config = ModelConfig(
+        architecture=arch,
+        n_layers=int(get("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(get("attention.head_count_kv", n_heads)),
+        hidden=hidden,
+        head_dim=int(get("attention.key_length", hidden // n_heads)),
+        ffn=int(get("feed_forward_length")),
+        vocab=int(get("vocab_size", len(tokens))),
+        rope_theta=float(get("rope.freq_base", 10000.0)),
+        context_length=int(get("context_length", 2048)),
+        norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        bos_token_id=field_value(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_ids=list(dict.fromkeys(int(e) for e in eos if e is not None)),
+        chat_template=field_value(reader, "tokenizer.chat_template"),
+        tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+        rope_scaling=_rope_scaling(reader, arch),
+        attention_bias=any(t.name.endswith("attn_q.bias") for t in reader.tensors),
+    )
+    config.validate(str(path))
+    return config
+
+
+def _rope_scaling(reader: GGUFReader, arch: str) -> RopeScaling | None:
+    kind = field_value(reader, f"{arch}.rope.scaling.type")
+    factor = field_value(reader, f"{arch}.rope.scaling.factor")
+    if kind in (None, "none") or not factor:
+        return None
+    if kind != "linear":
+        raise ModelLoadError(f"RoPE scaling {kind!r} is not supported (only linear and llama3)")
+    original = field_value(reader, f"{arch}.rope.scaling.original_context_length", 0)
+    return RopeScaling(kind="linear", factor=float(factor), original_context=int(original))
+
+
+def _dequantize(tensor: Any, path: Path) -> np.ndarray:
+    if tensor.tensor_type not in SUPPORTED_TYPES:
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which met cannot "
+            "dequantize; use a file quantized as F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K"
+        )
+    try:
+        array = dequantize(tensor.data, tensor.tensor_type)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name} is unreadable ({exc}); download the file again"
+        ) from exc
+    # F32 tensors come back as views of the read-only memory map; torch needs its own memory.
+    return array if array.flags.writeable else array.copy()
+
+
+def unpermute_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's per-head interleaving of Q/K rows (rows [h, d//2, 2] -> [h, 2, d//2])."""
+    rows = weight.shape[0]
+    tail = weight.shape[1:]
+    return (
+        weight.reshape(n_heads, rows // n_heads // 2, 2, *tail)
+        .transpose(1, 2)
+        .reshape(rows, *tail)
+        .contiguous()
+    )
+
+
+def _canonical_name(gguf_name: str) -> str | None:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    match = _LAYER_RE.fullmatch(gguf_name)
+    if match and match.group(2) in _LAYER_NAMES:
+        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    return None
+
+
+def iter_weights(
+    reader: GGUFReader, config: ModelConfig, path: Path, dtype: torch.dtype
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time."""
+    permuted = config.architecture in _PERMUTED_ARCHS
+    for tensor in reader.tensors:
+        name = _canonical_name(tensor.name)
+        if name is None:
+            continue  # rope_freqs is read into the config; anything else is not ours to run
+        weight = torch.from_numpy(_dequantize(tensor, path))
+        if permuted and name.endswith((".wq", ".bq")):
+            weight = unpermute_rows(weight, config.n_heads)
+        elif permuted and name.endswith((".wk", ".bk")):
+            weight = unpermute_rows(weight, config.n_kv_heads)
+        yield name, weight.to(dtype)
+
+
+def load_gguf(
+    path: str | Path, dtype: torch.dtype = torch.float32, reader: GGUFReader | None = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """ModelConfig and canonical weights (CPU, `dtype`); Q/K rows in rotate-half order."""
+    path = Path(path)
+    reader = reader or open_gguf(path)
+    config = read_config(reader, path)
+    for tensor in reader.tensors:
+        if tensor.name == "rope_freqs.weight":
+            config.rope_freq_factors = [float(x) for x in _dequantize(tensor, path).reshape(-1)]
+    weights = dict(iter_weights(reader, config, path, dtype))
+    check_weights(weights, config, path)
+    return config, weights

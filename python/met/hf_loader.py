@@ -1,0 +1,176 @@
+"""Read a Hugging Face model folder (Llama/Mistral/Qwen2 dense) into ModelConfig + weights."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+
+_SUPPORTED = {"llama", "mistral", "qwen2"}
+_GLOBAL_NAMES = {
+    "model.embed_tokens.weight": "embed",
+    "lm_head.weight": "lm_head",
+    "model.norm.weight": "norm",
+}
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm",
+    "self_attn.q_proj.weight": "wq",
+    "self_attn.k_proj.weight": "wk",
+    "self_attn.v_proj.weight": "wv",
+    "self_attn.q_proj.bias": "bq",
+    "self_attn.k_proj.bias": "bk",
+    "self_attn.v_proj.bias": "bv",
+    "self_attn.o_proj.weight": "wo",
+    "post_attention_layernorm.weight": "mlp_norm",
+    "mlp.gate_proj.weight": "w_gate",
+    "mlp.up_proj.weight": "w_up",
+    "mlp.down_proj.weight": "w_down",
+}
+_LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
+
+
+def is_hf_folder(path: str | Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / "config.json").is_file()
+
+
+def read_hf_config(folder: str | Path) -> ModelConfig:
+    folder = Path(folder)
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{folder}: config.json is missing or unreadable ({exc}); "
+            "point at a Hugging Face model folder"
+        ) from exc
+    model_type = raw.get("model_type")
+    if model_type not in _SUPPORTED:
+        raise ModelLoadError(
+            f"{folder}: model_type {model_type!r} is not supported "
+            f"(supported: {', '.join(sorted(_SUPPORTED))})"
+        )
+    try:
+        config = _config_from_json(raw, folder)
+    except KeyError as exc:
+        raise ModelLoadError(
+            f"{folder}: config.json lacks {exc}; the folder is incomplete"
+        ) from exc
+    config.validate(str(folder))
+    return config
+
+
+def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
+    n_heads = int(raw["num_attention_heads"])
+    hidden = int(raw["hidden_size"])
+    eos = raw.get("eos_token_id")
+    eos_ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+    template_file = folder / "chat_template.jinja"
+    template = (
+        template_file.read_text()
+        if template_file.is_file()
+        else hf_chat_template(read_json(folder / "tokenizer_config.json"))
+    )
+    return ModelConfig(
+        architecture=raw["model_type"],
+        n_layers=int(raw["num_hidden_layers"]),
+        n_heads=n_heads,
+        n_kv_heads=int(raw.get("num_key_value_heads") or n_heads),
+        hidden=hidden,
+        head_dim=int(raw.get("head_dim") or hidden // n_heads),
+        ffn=int(raw["intermediate_size"]),
+        vocab=int(raw["vocab_size"]),
+        rope_theta=float(raw.get("rope_theta", 10000.0)),
+        context_length=int(raw.get("max_position_embeddings", 2048)),
+        norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        bos_token_id=raw.get("bos_token_id"),
+        eos_token_ids=[int(e) for e in eos_ids],
+        chat_template=template,
+        tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        rope_scaling=_rope_scaling(raw.get("rope_scaling"), folder),
+        attention_bias=raw["model_type"] == "qwen2" or bool(raw.get("attention_bias", False)),
+    )
+
+
+def _rope_scaling(raw: dict[str, Any] | None, folder: Path) -> RopeScaling | None:
+    if not raw:
+        return None
+    kind = raw.get("rope_type") or raw.get("type")
+    if kind == "default":
+        return None
+    if kind not in ("linear", "llama3"):
+        raise ModelLoadError(f"{folder}: RoPE scaling {kind!r} is not supported (linear, llama3)")
+    return RopeScaling(
+        kind=kind,
+        factor=float(raw["factor"]),
+        original_context=int(raw.get("original_max_position_embeddings", 0)),
+        low_freq_factor=float(raw.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(raw.get("high_freq_factor", 4.0)),
+    )
+
+
+def _shards(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [folder / name for name in sorted(set(weight_map.values()))]
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise ModelLoadError(
+            f"{folder}: no *.safetensors weights; download the model's safetensors files"
+        )
+    return shards
+
+
+def _canonical_name(hf_name: str) -> str | None:
+    if hf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[hf_name]
+    match = _LAYER_RE.fullmatch(hf_name)
+    if match and match.group(2) in _LAYER_NAMES:
+        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    return None
+
+
+def load_hf(
+    folder: str | Path, dtype: torch.dtype = torch.float32
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """ModelConfig and canonical weights (CPU, `dtype`), read shard by shard, tensor by tensor."""
+    folder = Path(folder)
+    config = read_hf_config(folder)
+    weights: dict[str, torch.Tensor] = {}
+    for shard in _shards(folder):
+        try:
+            with safe_open(str(shard), framework="pt") as f:
+                for hf_name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    name = _canonical_name(hf_name)
+                    if name is not None:
+                        weights[name] = f.get_tensor(hf_name).to(dtype)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelLoadError(
+                f"{shard}: unreadable safetensors file ({exc}); download it again"
+            ) from exc
+    if "lm_head" not in weights:
+        config.tie_embeddings = True
+    check_weights(weights, config, folder)
+    return config, weights
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file's object, {} when the file is absent."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: unreadable JSON ({exc}); download it again") from exc
+
+
+def hf_chat_template(settings: dict[str, Any]) -> str | None:
+    """The chat template from tokenizer_config.json settings."""
+    template = settings.get("chat_template")
+    if isinstance(template, list):  # named templates: the default one serves chat requests
+        named = {t.get("name"): t.get("template") for t in template}
+        return named.get("default")
+    return template

@@ -1,0 +1,107 @@
+"""What the loaders read out of a model file, in one shape for GGUF and Hugging Face folders."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Weight names both loaders produce (per layer i), so the forward never sees a file's own naming:
+# embed [V, H], lm_head [V, H] (absent when tied), norm [H];
+# layers.{i}.attn_norm, .wq [nh*hd, H], .wk/.wv [nkv*hd, H], .wo [H, nh*hd],
+# .bq/.bk/.bv (Qwen2 only), .mlp_norm, .w_gate/.w_up [F, H], .w_down [H, F].
+# Q/K rows are in rotate-half (Hugging Face) order.
+
+
+class ModelLoadError(RuntimeError):
+    """A model file or folder could not be read; the message names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE context extension. `kind` is "linear" or "llama3" (Llama 3.1's banded rescale)."""
+
+    kind: str
+    factor: float
+    original_context: int
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+
+
+@dataclass
+class ModelConfig:
+    architecture: str  # "llama" | "mistral" | "qwen2" (all run the same dense decoder)
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    rope_theta: float
+    context_length: int
+    norm_eps: float
+    bos_token_id: int | None = None
+    eos_token_ids: list[int] = field(default_factory=list)
+    chat_template: str | None = None
+    tie_embeddings: bool = False
+    rope_scaling: RopeScaling | None = None
+    attention_bias: bool = False  # Qwen2: q/k/v projections carry biases
+    # GGUF files of Llama 3.1-style models store the rescale as per-pair divisors instead.
+    rope_freq_factors: list[float] | None = None
+
+    def validate(self, source: str) -> None:
+        """Reject shapes the forward cannot run, naming the file they came from."""
+        if self.n_heads % max(self.n_kv_heads, 1) != 0:
+            raise ModelLoadError(
+                f"{source}: {self.n_heads} attention heads are not a multiple of "
+                f"{self.n_kv_heads} KV heads; the file's metadata is inconsistent"
+            )
+        if min(self.n_layers, self.hidden, self.head_dim, self.ffn, self.vocab) <= 0:
+            raise ModelLoadError(f"{source}: model dimensions must be positive: {self}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"{source}: head_dim {self.head_dim} must be even for RoPE")
+
+    def inv_freq(self) -> list[float]:
+        """RoPE inverse frequencies per rotated pair, with any context-extension rescale applied."""
+        half = self.head_dim // 2
+        freqs = [self.rope_theta ** (-2.0 * i / self.head_dim) for i in range(half)]
+        if self.rope_freq_factors is not None:
+            return [f / d for f, d in zip(freqs, self.rope_freq_factors, strict=True)]
+        scaling = self.rope_scaling
+        if scaling is None:
+            return freqs
+        if scaling.kind == "linear":
+            return [f / scaling.factor for f in freqs]
+        return [_llama3_rescale(f, scaling) for f in freqs]
+
+
+def _llama3_rescale(freq: float, s: RopeScaling) -> float:
+    # Long wavelengths are slowed by `factor`, short ones are left alone, the band between is
+    # interpolated smoothly (Llama 3.1's published formula).
+    wavelen = 2 * math.pi / freq
+    low_wavelen = s.original_context / s.low_freq_factor
+    high_wavelen = s.original_context / s.high_freq_factor
+    if wavelen < high_wavelen:
+        return freq
+    if wavelen > low_wavelen:
+        return freq / s.factor
+    smooth = (s.original_context / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    return (1 - smooth) * freq / s.factor + smooth * freq
+
+
+def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) -> None:
+    """Raise ModelLoadError naming `source` when a tensor the forward needs is absent."""
+    needed = ["embed", "norm"] + [
+        f"layers.{i}.{n}"
+        for i in range(config.n_layers)
+        for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
+    ]
+    missing = [n for n in needed if n not in weights]
+    if missing:
+        raise ModelLoadError(
+            f"{source}: {len(missing)} tensors are missing (first: {missing[0]}); the file is "
+            "incomplete or not a dense Llama-style model"
+        )

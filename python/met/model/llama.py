@@ -1,0 +1,289 @@
+"""Dense Llama-style decoder (Llama, Mistral, Qwen2) over packed rows and a paged KV cache.
+
+One forward runs every row of a batch (prefill chunks and decode steps mixed) through each layer
+as one set of matmuls over all packed tokens; only attention looks at rows separately, and all
+single-token rows share one batched attention call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import Tensor
+
+from met.model.config import ModelConfig
+
+IntArray = Tensor | np.ndarray | Sequence[int]
+
+
+@dataclass
+class PagedKvCache:
+    """K and V pages, each [n_layers, num_blocks, block_size, n_kv_heads, head_dim].
+
+    Token at position p of a sequence lives in flat slot block_table[p // block_size] *
+    block_size + p % block_size; the scheduler's block manager owns which blocks are whose.
+    """
+
+    k: Tensor
+    v: Tensor
+
+    @classmethod
+    def allocate(
+        cls,
+        config: ModelConfig,
+        num_blocks: int,
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> PagedKvCache:
+        shape = (config.n_layers, num_blocks, block_size, config.n_kv_heads, config.head_dim)
+        return cls(
+            torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device),
+        )
+
+    @property
+    def num_blocks(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def block_size(self) -> int:
+        return self.k.shape[2]
+
+    def layer_slots(self, layer: int) -> tuple[Tensor, Tensor]:
+        """Layer `layer`'s K and V as [num_blocks * block_size, n_kv_heads, head_dim] views."""
+        n_kv, head_dim = self.k.shape[3], self.k.shape[4]
+        return self.k[layer].view(-1, n_kv, head_dim), self.v[layer].view(-1, n_kv, head_dim)
+
+
+@dataclass
+class _PrefillRow:
+    start: int  # packed index of the row's first query token
+    end: int
+    slots: (
+        Tensor | None
+    )  # cache slots of the whole context; None: no earlier context, use fresh K/V
+    mask: Tensor  # [groups * query_len, context] bool, True = may attend
+
+
+@dataclass
+class _AttnPlan:
+    """Where each row's queries and keys are; built once per forward, shared by all layers."""
+
+    decode_tokens: Tensor | None  # packed indices of single-token rows [D]; None when no such row
+    decode_slots: Tensor | None  # [D, max_context] cache slots (padding clamped to a valid slot)
+    decode_mask: Tensor | None  # [D, 1, 1, max_context] bool
+    prefill: list[_PrefillRow]
+    all_decode: bool  # every row is a single token, in packed order: no scatter needed
+
+
+class LlamaModel:
+    """Weights fused for few, large matmuls; call forward once per scheduler step."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: dict[str, Tensor],
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        max_positions: int | None = None,
+    ) -> None:
+        self.config = config
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.groups = config.n_heads // config.n_kv_heads
+
+        def take(name: str) -> Tensor:
+            return weights[name].to(device=self.device, dtype=dtype)
+
+        self.embed = take("embed")
+        self.lm_head = self.embed if config.tie_embeddings else take("lm_head")
+        self.norm = take("norm")
+        self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
+        self._rope_tables(max_positions or config.context_length)
+
+    def _fuse_layer(self, weights: dict[str, Tensor], i: int, take) -> dict[str, Tensor | None]:
+        # One QKV and one gate/up matmul per layer instead of five: per-op overhead dominates
+        # small-batch decode on the CPU.
+        p = f"layers.{i}."
+        bias = None
+        if p + "bq" in weights:
+            bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
+        return {
+            "attn_norm": take(p + "attn_norm"),
+            "wqkv": torch.cat([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
+            "bqkv": bias,
+            "wo": take(p + "wo"),
+            "mlp_norm": take(p + "mlp_norm"),
+            "w_gate_up": torch.cat([take(p + "w_gate"), take(p + "w_up")]),
+            "w_down": take(p + "w_down"),
+        }
+
+    def _rope_tables(self, max_positions: int) -> None:
+        inv_freq = torch.tensor(self.config.inv_freq(), dtype=torch.float64)
+        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        # [max_positions, 1, head_dim / 2]: broadcasts over the heads of a [T, heads, dim] tensor.
+        self.cos = angles.cos().to(self.device, self.dtype)[:, None, :]
+        self.sin = angles.sin().to(self.device, self.dtype)[:, None, :]
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int = 16) -> PagedKvCache:
+        return PagedKvCache.allocate(self.config, num_blocks, block_size, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        cache: PagedKvCache,
+        input_ids: IntArray,
+        positions: IntArray,
+        slot_mapping: IntArray,
+        block_tables: IntArray,
+        seq_lens: IntArray,
+        cu_seqlens: IntArray,
+        logits_rows: IntArray,
+    ) -> Tensor:
+        """Float32 logits [len(logits_rows), vocab] for the chosen packed positions.
+
+        input_ids, positions, slot_mapping: [T], one entry per packed token, row after row.
+        block_tables: [B, max_blocks] (padding: any value). seq_lens: [B], each row's context
+        length including this step's tokens; a row's tokens sit at positions seq_len - q .. -1.
+        cu_seqlens: [B + 1] packed start of each row. Writes this step's K/V into `cache`.
+        """
+        dev = self.device
+        ids = torch.as_tensor(input_ids, dtype=torch.long).to(dev)
+        pos = torch.as_tensor(positions, dtype=torch.long).to(dev)
+        slots = torch.as_tensor(slot_mapping, dtype=torch.long).to(dev)
+        if int(pos.max()) >= self.cos.shape[0]:
+            raise ValueError(f"position {int(pos.max())} is past the RoPE table")
+        plan = self._plan(cache, block_tables, seq_lens, cu_seqlens)
+        cos, sin = self.cos[pos], self.sin[pos]
+        x = F.embedding(ids, self.embed)
+        for i, layer in enumerate(self.layers):
+            x = self._layer(x, layer, cache.layer_slots(i), slots, cos, sin, plan)
+        rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
+        h = F.rms_norm(x[rows], (x.shape[-1],), self.norm, self.config.norm_eps)
+        return F.linear(h, self.lm_head).float()
+
+    __call__ = forward
+
+    def _layer(
+        self,
+        x: Tensor,
+        w: dict[str, Tensor | None],
+        kv: tuple[Tensor, Tensor],
+        slots: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        plan: _AttnPlan,
+    ) -> Tensor:
+        c = self.config
+        n_tok, q_width, kv_width = x.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        h = F.rms_norm(x, (x.shape[-1],), w["attn_norm"], c.norm_eps)
+        qkv = F.linear(h, w["wqkv"], w["bqkv"])
+        # Q and K rotate together as one [T, n_heads + n_kv_heads, head_dim] tensor.
+        qk = _rotate(qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim), cos, sin)
+        q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
+        v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
+        k_cache, v_cache = kv
+        k_cache.index_copy_(0, slots, k)
+        v_cache.index_copy_(0, slots, v)
+        attn = self._attention(q, k, v, k_cache, v_cache, plan)
+        x = x + F.linear(attn, w["wo"])
+        h = F.rms_norm(x, (x.shape[-1],), w["mlp_norm"], c.norm_eps)
+        gate, up = F.linear(h, w["w_gate_up"]).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, w["w_down"])
+
+    def _attention(
+        self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, plan: _AttnPlan
+    ) -> Tensor:
+        """[T, n_heads * head_dim] attention output for the packed queries q [T, n_heads, dim]."""
+        c = self.config
+        if plan.all_decode:
+            return self._decode_attention(q, k_cache, v_cache, plan)
+        out = q.new_empty(q.shape[0], c.n_heads * c.head_dim)
+        if plan.decode_tokens is not None:
+            out[plan.decode_tokens] = self._decode_attention(
+                q[plan.decode_tokens], k_cache, v_cache, plan
+            )
+        for row in plan.prefill:
+            if row.slots is None:
+                keys, values = k[row.start : row.end], v[row.start : row.end]
+            else:
+                keys, values = k_cache[row.slots], v_cache[row.slots]
+            out[row.start : row.end] = self._row_attention(
+                q[row.start : row.end], keys, values, row.mask
+            )
+        return out
+
+    def _row_attention(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+        # Query heads sharing a KV head become extra query rows of that head ([kv, groups * q]),
+        # so grouped-query attention runs without copying K/V once per query head.
+        c = self.config
+        n_q = q.shape[0]
+        qg = q.permute(1, 0, 2).reshape(c.n_kv_heads, self.groups * n_q, c.head_dim)
+        out = F.scaled_dot_product_attention(
+            qg, keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask
+        )
+        return out.view(c.n_heads, n_q, c.head_dim).transpose(0, 1).reshape(n_q, -1)
+
+    def _decode_attention(
+        self, q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: _AttnPlan
+    ) -> Tensor:
+        c = self.config
+        n_rows = q.shape[0]
+        keys = k_cache[plan.decode_slots].transpose(1, 2)  # [D, kv, context, dim]
+        values = v_cache[plan.decode_slots].transpose(1, 2)
+        qg = q.view(n_rows, c.n_kv_heads, self.groups, c.head_dim)
+        out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=plan.decode_mask)
+        return out.reshape(n_rows, c.n_heads * c.head_dim)
+
+    def _plan(
+        self,
+        cache: PagedKvCache,
+        block_tables: IntArray,
+        seq_lens: IntArray,
+        cu_seqlens: IntArray,
+    ) -> _AttnPlan:
+        dev, bs = self.device, cache.block_size
+        tables = torch.as_tensor(block_tables, dtype=torch.long).to(dev)
+        ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
+        cu = [int(n) for n in torch.as_tensor(cu_seqlens).tolist()]
+        if tables.dim() != 2 or tables.shape[0] != len(ctx) or len(cu) != len(ctx) + 1:
+            raise ValueError("block_tables [B, max_blocks], seq_lens [B], cu_seqlens [B + 1]")
+        if max(ctx, default=0) > tables.shape[1] * bs:
+            raise ValueError("a row's context is longer than its block table covers")
+        single = [b for b in range(len(ctx)) if cu[b + 1] - cu[b] == 1]
+        prefill = [
+            self._prefill_row(tables[b], ctx[b], cu[b], cu[b + 1], bs)
+            for b in range(len(ctx))
+            if cu[b + 1] - cu[b] > 1
+        ]
+        if not single:
+            return _AttnPlan(None, None, None, prefill, all_decode=False)
+        longest = max(ctx[b] for b in single)
+        key_pos = torch.arange(longest, device=dev)
+        blocks = tables[single][:, key_pos // bs]
+        slots = (blocks * bs + key_pos % bs).clamp_(min=0)
+        lens = torch.tensor([ctx[b] for b in single], device=dev)
+        mask = (key_pos[None, :] < lens[:, None])[:, None, None, :]
+        tokens = torch.tensor([cu[b] for b in single], device=dev)
+        return _AttnPlan(tokens, slots, mask, prefill, all_decode=len(single) == len(ctx))
+
+    def _prefill_row(self, table: Tensor, ctx: int, start: int, end: int, bs: int) -> _PrefillRow:
+        dev, n_q = self.device, end - start
+        key_pos = torch.arange(ctx, device=dev)
+        query_pos = torch.arange(ctx - n_q, ctx, device=dev)
+        mask = (key_pos[None, :] <= query_pos[:, None]).repeat(self.groups, 1)
+        # A row that starts at position 0 has all its keys in this step's fresh K/V.
+        slots = None if ctx == n_q else table[key_pos // bs] * bs + key_pos % bs
+        return _PrefillRow(start, end, slots, mask)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate-half RoPE: pair i of each head is (x[i], x[i + dim / 2])."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

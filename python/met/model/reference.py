@@ -1,0 +1,68 @@
+"""A deliberately plain dense forward, used by tests to check the paged, packed LlamaModel.
+
+It shares nothing with llama.py beyond the weight names: unfused projections, RoPE through complex
+multiplication, K/V repeated per query head, softmax attention written out, full recompute of one
+sequence at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from met.model.config import ModelConfig
+
+
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    variance = x.pow(2).mean(dim=-1, keepdim=True)
+    return x * torch.rsqrt(variance + eps) * weight
+
+
+def _rope(x: Tensor, config: ModelConfig) -> Tensor:
+    """x [heads, T, dim] at positions 0..T-1; pairs (i, i + dim/2) rotate as complex numbers."""
+    n_pos, half = x.shape[1], x.shape[2] // 2
+    inv_freq = torch.tensor(config.inv_freq(), dtype=torch.float64)
+    angles = torch.arange(n_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    rotation = torch.polar(torch.ones_like(angles), angles)  # e^{i * angle}, [T, half]
+    pairs = torch.complex(x[..., :half].double(), x[..., half:].double()) * rotation
+    return torch.cat([pairs.real, pairs.imag], dim=-1).to(x.dtype)
+
+
+def _attention(x: Tensor, w: dict[str, Tensor], p: str, config: ModelConfig) -> Tensor:
+    n_tok, hd = x.shape[0], config.head_dim
+
+    def project(name: str, heads: int) -> Tensor:
+        out = x @ w[p + "w" + name].T
+        if p + "b" + name in w:
+            out = out + w[p + "b" + name]
+        return out.view(n_tok, heads, hd).transpose(0, 1)  # [heads, T, dim]
+
+    q = _rope(project("q", config.n_heads), config)
+    k = _rope(project("k", config.n_kv_heads), config)
+    v = project("v", config.n_kv_heads)
+    repeat = config.n_heads // config.n_kv_heads
+    k, v = k.repeat_interleave(repeat, dim=0), v.repeat_interleave(repeat, dim=0)
+    scores = q @ k.transpose(1, 2) / math.sqrt(hd)
+    future = torch.ones(n_tok, n_tok, dtype=torch.bool).triu(diagonal=1)
+    probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    out = (probs @ v).transpose(0, 1).reshape(n_tok, config.n_heads * hd)
+    return out @ w[p + "wo"].T
+
+
+@torch.inference_mode()
+def reference_logits(
+    config: ModelConfig, weights: dict[str, Tensor], token_ids: list[int]
+) -> Tensor:
+    """Float32 logits [len(token_ids), vocab] of one sequence, computed in the weights' dtype."""
+    w = weights
+    x = w["embed"][torch.tensor(token_ids)]
+    for i in range(config.n_layers):
+        p = f"layers.{i}."
+        x = x + _attention(_rms_norm(x, w[p + "attn_norm"], config.norm_eps), w, p, config)
+        h = _rms_norm(x, w[p + "mlp_norm"], config.norm_eps)
+        gate = h @ w[p + "w_gate"].T
+        x = x + (gate * torch.sigmoid(gate) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+    head = w["embed"] if config.tie_embeddings else w["lm_head"]
+    return (_rms_norm(x, w["norm"], config.norm_eps) @ head.T).float()

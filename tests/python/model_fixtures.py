@@ -1,0 +1,156 @@
+"""Shared by the model tests: a tiny random Llama and a stand-in for the scheduler's paging."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from met.model.config import ModelConfig
+from met.model.llama import LlamaModel, PagedKvCache
+
+HF_NAMES = {
+    "attn_norm": "input_layernorm.weight",
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "bq": "self_attn.q_proj.bias",
+    "bk": "self_attn.k_proj.bias",
+    "bv": "self_attn.v_proj.bias",
+    "wo": "self_attn.o_proj.weight",
+    "mlp_norm": "post_attention_layernorm.weight",
+    "w_gate": "mlp.gate_proj.weight",
+    "w_up": "mlp.up_proj.weight",
+    "w_down": "mlp.down_proj.weight",
+}
+
+
+def tiny_config(**overrides: object) -> ModelConfig:
+    values = dict(
+        architecture="llama",
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        hidden=64,
+        head_dim=16,
+        ffn=128,
+        vocab=128,
+        rope_theta=10000.0,
+        context_length=256,
+        norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_ids=[2],
+    )
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+def random_weights(config: ModelConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+
+    def mat(rows: int, cols: int) -> torch.Tensor:
+        return torch.randn(rows, cols, generator=gen) / cols**0.5
+
+    def norm(n: int) -> torch.Tensor:
+        return 1.0 + 0.1 * torch.randn(n, generator=gen)
+
+    c = config
+    q_out, kv_out = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    w = {"embed": torch.randn(c.vocab, c.hidden, generator=gen), "norm": norm(c.hidden)}
+    if not c.tie_embeddings:
+        w["lm_head"] = mat(c.vocab, c.hidden)
+    for i in range(c.n_layers):
+        p = f"layers.{i}."
+        w |= {
+            p + "attn_norm": norm(c.hidden),
+            p + "wq": mat(q_out, c.hidden),
+            p + "wk": mat(kv_out, c.hidden),
+            p + "wv": mat(kv_out, c.hidden),
+            p + "wo": mat(c.hidden, q_out),
+            p + "mlp_norm": norm(c.hidden),
+            p + "w_gate": mat(c.ffn, c.hidden),
+            p + "w_up": mat(c.ffn, c.hidden),
+            p + "w_down": mat(c.hidden, c.ffn),
+        }
+        if c.attention_bias:
+            w |= {
+                p + "bq": 0.1 * torch.randn(q_out, generator=gen),
+                p + "bk": 0.1 * torch.randn(kv_out, generator=gen),
+                p + "bv": 0.1 * torch.randn(kv_out, generator=gen),
+            }
+    return w
+
+
+def save_hf_folder(folder: Path, config: ModelConfig, weights: dict[str, torch.Tensor]) -> None:
+    tensors = {}
+    for name, tensor in weights.items():
+        if name.startswith("layers."):
+            _, i, short = name.split(".")
+            tensors[f"model.layers.{i}.{HF_NAMES[short]}"] = tensor.contiguous()
+    tensors["model.embed_tokens.weight"] = weights["embed"]
+    tensors["model.norm.weight"] = weights["norm"]
+    if "lm_head" in weights:
+        tensors["lm_head.weight"] = weights["lm_head"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    raw = {
+        "model_type": config.architecture,
+        "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads,
+        "hidden_size": config.hidden,
+        "intermediate_size": config.ffn,
+        "vocab_size": config.vocab,
+        "rope_theta": config.rope_theta,
+        "max_position_embeddings": config.context_length,
+        "rms_norm_eps": config.norm_eps,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_ids,
+        "tie_word_embeddings": config.tie_embeddings,
+    }
+    (folder / "config.json").write_text(json.dumps(raw))
+
+
+class PagedRunner:
+    """Plays the scheduler: owns shuffled block tables and packs rows into one forward."""
+
+    def __init__(self, model: LlamaModel, num_blocks: int = 64, block_size: int = 4, seed: int = 0):
+        self.model = model
+        self.cache: PagedKvCache = model.allocate_kv_cache(num_blocks, block_size)
+        self.free = list(range(num_blocks))
+        random.Random(seed).shuffle(self.free)  # non-contiguous, out-of-order pages
+        self.tables: dict[str, list[int]] = {}
+        self.lens: dict[str, int] = {}
+
+    def step(self, rows: list[tuple[str, list[int]]]) -> list[torch.Tensor]:
+        """Run rows (sequence name, new tokens) as one packed forward; logits of every token."""
+        bs = self.cache.block_size
+        ids, pos, slots, cu, seq_lens = [], [], [], [0], []
+        for name, tokens in rows:
+            start = self.lens.get(name, 0)
+            table = self.tables.setdefault(name, [])
+            while len(table) * bs < start + len(tokens):
+                table.append(self.free.pop())
+            for offset, token in enumerate(tokens):
+                p = start + offset
+                ids.append(token)
+                pos.append(p)
+                slots.append(table[p // bs] * bs + p % bs)
+            self.lens[name] = start + len(tokens)
+            cu.append(len(ids))
+            seq_lens.append(self.lens[name])
+        width = max(len(self.tables[name]) for name, _ in rows) + 1
+        tables = [self.tables[name] + [-1] * (width - len(self.tables[name])) for name, _ in rows]
+        logits = self.model.forward(
+            self.cache,
+            torch.tensor(ids),
+            torch.tensor(pos),
+            torch.tensor(slots),
+            torch.tensor(tables, dtype=torch.int32),
+            torch.tensor(seq_lens, dtype=torch.int32),
+            torch.tensor(cu, dtype=torch.int32),
+            torch.arange(len(ids)),
+        )
+        return [logits[cu[b] : cu[b + 1]] for b in range(len(rows))]
