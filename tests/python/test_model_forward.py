@@ -106,9 +106,8 @@ def test_logits_rows_select_positions(tiny):
     model = LlamaModel(config, weights)
     cache = model.allocate_kv_cache(8, 4)
     prompt = _prompt(10, seed=5)
-    slots = [
-        7 * 4 + p % 4 if p < 4 else 2 * 4 + p % 4 if p < 8 else 5 * 4 + p % 4 for p in range(10)
-    ]
+    table = [7, 2, 5]
+    slots = [table[p // 4] * 4 + p % 4 for p in range(10)]
     logits = model.forward(cache, prompt, list(range(10)), slots, [table], [10], [0, 10], [9, 3])
     expect = reference_logits(config, weights, prompt)
     assert logits.shape == (2, config.vocab) and logits.dtype == torch.float32
