@@ -1,0 +1,137 @@
+"""`met doctor`: check the installation and say how to fix each problem found."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from met.commands.common import SubParsers, add_command, human_bytes
+
+MIN_FREE_MEMORY = 2 * 1024**3  # the default model with its KV cache needs about this much
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
+    parser = add_command(
+        subparsers, common, "doctor", "check Python, torch, the C++ core, GPUs and the model"
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    checks = [_safely(name, probe) for name, probe in PROBES]
+    width = max(len(check.name) for check in checks)
+    for check in checks:
+        status = "ok     " if check.ok else "problem"
+        line = f"{status}  {check.name:<{width}}  {check.detail}"
+        if not check.ok and check.fix:
+            line += f"  -> {check.fix}"
+        print(line)
+    problems = sum(not check.ok for check in checks)
+    print(f"{problems} problem(s) found" if problems else "all checks passed")
+    return 1 if problems else 0
+
+
+def _safely(name: str, probe: Callable[[], Check]) -> Check:
+    # One broken probe must not hide the report of the others.
+    try:
+        return probe()
+    except Exception as exc:  # noqa: BLE001
+        return Check(name, False, f"check failed: {type(exc).__name__}: {exc}")
+
+
+def _python() -> Check:
+    version = platform.python_version()
+    ok = sys.version_info >= (3, 10)
+    return Check("python", ok, version, "" if ok else "install Python 3.10 or newer")
+
+
+def _torch() -> Check:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError as exc:
+        return Check("torch", False, f"not importable ({exc})", "pip install 'torch>=2.2,<3'")
+    return Check("torch", True, torch.__version__)
+
+
+def _core() -> Check:
+    try:
+        core = importlib.import_module("met._core")
+    except ImportError as exc:
+        fix = "pip install -e . (or scripts/dev-build.sh for a development build)"
+        return Check("met._core", False, f"not importable ({exc})", fix)
+    has_cuda = getattr(core, "has_cuda", None)
+    built = "with CUDA" if callable(has_cuda) and has_cuda() else "without CUDA"
+    return Check("met._core", True, f"built {built}")
+
+
+def _gpus() -> Check:
+    torch = importlib.import_module("torch")
+    if not torch.cuda.is_available():
+        return Check("gpus", True, "none visible to torch; met runs on the CPU")
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    core = _core_has_cuda()
+    fix = "" if core else "rebuild met._core with CUDA to use the GPU kernels"
+    return Check("gpus", core, ", ".join(names), fix)
+
+
+def _core_has_cuda() -> bool:
+    try:
+        core = importlib.import_module("met._core")
+    except ImportError:
+        return False
+    has_cuda = getattr(core, "has_cuda", None)
+    return bool(callable(has_cuda) and has_cuda())
+
+
+def _model() -> Check:
+    from met import models
+
+    path = models.default_model_path()
+    if path.exists():
+        return Check("default model", True, str(path))
+    return Check("default model", False, f"missing ({path})", "met pull")
+
+
+def _memory() -> Check:
+    available = _available_ram()
+    detail = f"{human_bytes(available)} RAM available"
+    torch = importlib.import_module("torch")
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        detail += f", GPU {human_bytes(free)} free of {human_bytes(total)}"
+    ok = available >= MIN_FREE_MEMORY
+    return Check("memory", ok, detail, "" if ok else "close other programs or use a smaller model")
+
+
+def _available_ram() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+PROBES: list[tuple[str, Callable[[], Check]]] = [
+    ("python", _python),
+    ("torch", _torch),
+    ("met._core", _core),
+    ("gpus", _gpus),
+    ("default model", _model),
+    ("memory", _memory),
+]

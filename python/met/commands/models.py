@@ -1,0 +1,68 @@
+"""`met pull` and `met models`: fetch the default model, list what is cached locally."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from met.commands.common import CliError, SubParsers, add_command, human_bytes
+
+
+def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
+    pull = add_command(subparsers, common, "pull", "download a model into the local cache")
+    pull.add_argument("name", nargs="?", help="model name (default: the default model)")
+    pull.set_defaults(func=_pull)
+    listing = add_command(subparsers, common, "models", "list the models cached locally")
+    listing.set_defaults(func=_list)
+
+
+class _Progress:
+    """Prints download progress on one stderr line, at most a few times a second."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.last_print = 0.0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last_print < 0.25 and (total is None or done < total):
+            return
+        self.last_print = now
+        speed = done / max(now - self.start, 1e-6)
+        of_total = f" / {human_bytes(total)}" if total else ""
+        print(
+            f"\r  {human_bytes(done)}{of_total}  {human_bytes(speed)}/s   ",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from met import models
+
+    progress = _Progress()
+    try:
+        if args.name is None:
+            path = models.pull_default_model(progress=progress)
+        else:
+            path = models.resolve_model(args.name)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        raise CliError(f"cannot pull {args.name or 'the default model'}: {exc}") from exc
+    print(file=sys.stderr)
+    print(path)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from met import models
+
+    cached = models.list_cached_models()
+    if not cached:
+        print("no models cached; `met pull` fetches the default model", file=sys.stderr)
+        return 0
+    width = max(len(name) for name, _, _ in cached)
+    for name, path, size in cached:
+        print(f"{name:<{width}}  {human_bytes(size):>10}  {path}")
+    return 0

@@ -1,0 +1,24 @@
+"""`met trace`: replay a scenario through the core and print the scheduler's decisions."""
+
+from __future__ import annotations
+
+import argparse
+
+from met.commands.common import SubParsers, add_command
+
+
+def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
+    parser = add_command(
+        subparsers,
+        common,
+        "trace",
+        "replay a scenario (FILE or a built-in such as batched_mixed) step by step",
+        passthrough=True,
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from met.trace import trace_main
+
+    return trace_main(list(args.extra))
