@@ -1,0 +1,170 @@
+"""Server settings, read in one place: flag > MET_* environment variable > TOML file > default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from met.config import EngineConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ENV_PREFIX = "MET_"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class SettingsError(ValueError):
+    """A setting from the environment or the config file is malformed or out of range."""
+
+
+@dataclass
+class ServerSettings:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    log_level: str = "info"
+    no_tui: bool = False
+    request_timeout: float | None = None  # seconds per request; None: no limit
+    shutdown_grace: float = 10.0
+    config: str | None = None
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str  # attribute; the flag is --name-with-dashes, the variable MET_NAME
+    kind: type
+    help: str
+    on_engine: bool = False
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+
+
+_OPTIONS = (
+    _Option("model", str, "GGUF file or Hugging Face folder (default: the default model)", True),
+    _Option("served_model_name", str, "model name clients use (default: the model's name)"),
+    _Option("host", str, "address to listen on"),
+    _Option("port", int, "port to listen on", minimum=0),
+    _Option("api_key", str, "require 'Authorization: Bearer <key>' (not on /health)"),
+    _Option("max_num_seqs", int, "sequences running at once", True, minimum=1),
+    _Option("max_prefill_tokens", int, "chunked-prefill chunk length (0: whole)", True, minimum=0),
+    _Option("max_model_len", int, "context length (default: the model's, capped)", True, minimum=1),
+    _Option(
+        "kv_cache_blocks", int, "KV cache blocks (default: enough for all seqs)", True, minimum=1
+    ),
+    _Option("dtype", str, "weight and activation dtype", True, choices=DTYPES),
+    _Option("device", str, "device to run on", True, choices=DEVICES),
+    _Option("max_queue", int, "waiting requests before answering 503", True, minimum=1),
+    _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
+    _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),
+    _Option("request_timeout", float, "seconds a request may run (default: no limit)", minimum=0),
+    _Option("shutdown_grace", float, "seconds to drain in-flight requests on exit", minimum=0),
+)
+_BY_NAME = {opt.name: opt for opt in _OPTIONS}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every serve option; defaults stay None so that unset flags fall through to env/file."""
+    parser.add_argument("--config", metavar="FILE", default=None, help="TOML file of settings")
+    for opt in _OPTIONS:
+        flag = "--" + opt.name.replace("_", "-")
+        if opt.kind is bool:
+            parser.add_argument(flag, action="store_const", const=True, default=None, help=opt.help)
+        else:
+            parser.add_argument(
+                flag, type=opt.kind, choices=opt.choices, default=None, help=opt.help
+            )
+
+
+def load_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ServerSettings:
+    """Parse `met serve` arguments (argparse exits on bad flags), then layer env and file."""
+    parser = argparse.ArgumentParser(prog="met serve", description="OpenAI-compatible server")
+    add_serve_arguments(parser)
+    return resolve_settings(parser.parse_args(list(argv)), os.environ if env is None else env)
+
+
+def resolve_settings(namespace: argparse.Namespace, env: Mapping[str, str]) -> ServerSettings:
+    """Combine parsed flags with the environment and the config file; raise SettingsError."""
+    config_path = namespace.config or env.get(ENV_PREFIX + "CONFIG") or None
+    file_values = _read_file(config_path) if config_path else {}
+    layers = [file_values, _read_env(env), _read_flags(namespace)]
+    settings = ServerSettings(config=config_path)
+    for layer in layers:
+        for name, value in layer.items():
+            _check(_BY_NAME[name], value)
+            target = settings.engine if _BY_NAME[name].on_engine else settings
+            setattr(target, name, value)
+    return settings
+
+
+def _read_flags(namespace: argparse.Namespace) -> dict[str, Any]:
+    values = {opt.name: getattr(namespace, opt.name, None) for opt in _OPTIONS}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _read_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for opt in _OPTIONS:
+        raw = env.get(ENV_PREFIX + opt.name.upper(), "")
+        if raw != "":
+            values[opt.name] = _parse_text(opt, raw, ENV_PREFIX + opt.name.upper())
+    return values
+
+
+def _parse_text(opt: _Option, raw: str, source: str) -> Any:
+    if opt.kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{source}: expected a boolean, got {raw!r}")
+    try:
+        return opt.kind(raw)
+    except ValueError:
+        raise SettingsError(f"{source}: expected {opt.kind.__name__}, got {raw!r}") from None
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise SettingsError(f"--config: cannot read {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"--config: {path} is not valid TOML: {e}") from None
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in _BY_NAME:
+            raise SettingsError(f"{path}: unknown setting {key!r}")
+        values[name] = _coerce_file_value(_BY_NAME[name], value, f"{path}: {key}")
+    return values
+
+
+def _coerce_file_value(opt: _Option, value: Any, source: str) -> Any:
+    # TOML has real types; only an int where a float is wanted is a safe widening.
+    if opt.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) != (opt.kind is bool) or not isinstance(value, opt.kind):
+        raise SettingsError(f"{source}: expected {opt.kind.__name__}, got {value!r}")
+    return value
+
+
+def _check(opt: _Option, value: Any) -> None:
+    if opt.choices is not None and value not in opt.choices:
+        raise SettingsError(f"{opt.name}: must be one of {', '.join(opt.choices)}, got {value!r}")
+    if opt.minimum is not None and value < opt.minimum:
+        raise SettingsError(f"{opt.name}: must be at least {opt.minimum:g}, got {value}")
+    if opt.name == "port" and value > 65535:
+        raise SettingsError(f"port: must be at most 65535, got {value}")
