@@ -1,0 +1,113 @@
+"""The FastAPI application: routes with and without the /v1 prefix, errors, access middleware."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+import met
+from met.server.chat import create_chat_completion, encode_messages
+from met.server.completions import create_completion
+from met.server.errors import APIError, install_error_handlers, invalid
+from met.server.metrics import CONTENT_TYPE
+from met.server.middleware import AccessMiddleware
+from met.server.protocol import DetokenizeBody, TokenizeBody, parse_body
+from met.server.settings import ServerSettings
+from met.server.state import ServerState
+
+_CREATED = int(time.time())
+
+
+def create_app(engine: Any, settings: ServerSettings, state: ServerState | None = None) -> FastAPI:
+    """An app serving `engine`, which may still be loading (generation answers 503 until ready)."""
+    state = state or ServerState(engine, settings)
+    app = FastAPI(
+        title="met", version=met.__version__, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.met = state
+    install_error_handlers(app)
+    api_routes = {
+        "/models": (list_models, ["GET"]),
+        "/completions": (create_completion, ["POST"]),
+        "/chat/completions": (create_chat_completion, ["POST"]),
+    }
+    for path, (handler, methods) in api_routes.items():
+        for prefix in ("/v1", ""):
+            app.add_api_route(prefix + path, handler, methods=methods)
+    app.add_api_route("/tokenize", tokenize, methods=["POST"])
+    app.add_api_route("/detokenize", detokenize, methods=["POST"])
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/version", version, methods=["GET"])
+    app.add_api_route("/metrics", metrics, methods=["GET"])
+    app.add_api_route("/status", status, methods=["GET"])
+    app.add_middleware(AccessMiddleware, state=state)
+    return app
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.met
+
+
+async def list_models(request: Request) -> JSONResponse:
+    state = _state(request)
+    state.require_ready()
+    model = {
+        "id": state.served_model_name,
+        "object": "model",
+        "created": _CREATED,
+        "owned_by": "met",
+        "max_model_len": state.engine.max_model_len,
+    }
+    return JSONResponse({"object": "list", "data": [model]})
+
+
+async def tokenize(request: Request) -> JSONResponse:
+    state = _state(request)
+    engine = state.require_ready()
+    body = parse_body(await request.body(), TokenizeBody)
+    state.check_model(body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise invalid("Give exactly one of 'prompt' or 'messages'", param="prompt")
+    if body.messages is not None:
+        tokens = encode_messages(engine, body.messages)
+    else:
+        tokens = engine.tokenizer.encode(body.prompt)
+    return JSONResponse(
+        {"tokens": tokens, "count": len(tokens), "max_model_len": engine.max_model_len}
+    )
+
+
+async def detokenize(request: Request) -> JSONResponse:
+    state = _state(request)
+    engine = state.require_ready()
+    body = parse_body(await request.body(), DetokenizeBody)
+    state.check_model(body.model)
+    vocab = engine.tokenizer.vocab_size
+    if any(not 0 <= t < vocab for t in body.tokens):
+        raise invalid(f"tokens: token ids must be in [0, {vocab})", param="tokens")
+    return JSONResponse({"prompt": engine.tokenizer.decode(body.tokens)})
+
+
+async def health(request: Request) -> Response:
+    try:
+        _state(request).require_ready()
+    except APIError as e:
+        return e.response()
+    return JSONResponse({"status": "ok"})
+
+
+async def version(_request: Request) -> JSONResponse:
+    return JSONResponse({"version": met.__version__})
+
+
+async def metrics(request: Request) -> PlainTextResponse:
+    state = _state(request)
+    stats = state.engine.stats() if state.ready else None
+    return PlainTextResponse(state.metrics.render(stats, state.ready), media_type=CONTENT_TYPE)
+
+
+async def status(request: Request) -> JSONResponse:
+    return JSONResponse(_state(request).status())

@@ -1,0 +1,95 @@
+"""Loading in the background, and draining on SIGTERM/SIGINT before a clean exit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import uvicorn
+
+from met.server.state import ServerState
+
+log = logging.getLogger("met.server")
+
+_FLUSH_S = 2.0  # after the engine drained, time for the last responses to reach their clients
+
+
+class QuietSignalServer(uvicorn.Server):
+    """uvicorn re-raises a captured SIGTERM after serving, which would turn a clean drain into
+    death-by-signal; the Lifecycle installs its own handlers instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Lifecycle:
+    def __init__(self, state: ServerState, server: uvicorn.Server) -> None:
+        self.state = state
+        self.server = server
+        self.exit_code = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Call on the running loop, before serving: signal handlers and the loading thread."""
+        self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._on_signal, sig)
+        threading.Thread(target=self._load, name="met-load", daemon=True).start()
+
+    def _load(self) -> None:
+        started = time.monotonic()
+        log.info("loading the model (%s)", self.state.settings.engine.model or "default model")
+        try:
+            self.state.engine.load()
+        except Exception as e:
+            log.exception("the model failed to load")
+            self.state.load_error = f"{type(e).__name__}: {e}"
+            self.exit_code = 1
+            self._call(self._stop_now)
+            return
+        engine = self.state.engine
+        log.info(
+            "ready in %.1fs: serving '%s' (context %d, %s)",
+            time.monotonic() - started,
+            self.state.served_model_name,
+            engine.max_model_len,
+            ", ".join(f"{k}={v}" for k, v in engine.info.items()),
+        )
+
+    def _call(self, callback) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback)
+
+    def _stop_now(self) -> None:
+        self.server.should_exit = True
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._drain_task is not None:
+            log.warning("%s again: exiting without waiting", sig.name)
+            self.server.force_exit = True
+            self.server.should_exit = True
+            return
+        grace = self.state.settings.shutdown_grace
+        log.info(
+            "%s: refusing new requests, draining in-flight ones for up to %gs", sig.name, grace
+        )
+        self.state.draining = True
+        self._drain_task = asyncio.ensure_future(self._drain(grace))
+
+    async def _drain(self, grace: float) -> None:
+        engine = self.state.engine
+        if engine.ready:
+            await engine.shutdown(grace)
+        deadline = time.monotonic() + _FLUSH_S
+        while self.state.tracker.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.state.tracker.active:
+            log.warning("%d requests did not finish in time", len(self.state.tracker.active))
+        self.server.should_exit = True

@@ -1,0 +1,96 @@
+"""Outermost ASGI layer: API-key check, one log line and one counter sample per request."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from met.server.errors import APIError
+from met.server.state import ServerState
+
+log = logging.getLogger("met.server")
+
+_OPEN_PATHS = frozenset({"/health"})
+_QUIET_PATHS = frozenset({"/health", "/metrics", "/status"})  # polled; logged at debug only
+_CLIENT_CLOSED = 499  # nginx's "client closed request"
+
+
+class AccessMiddleware:
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+        key = state.settings.api_key
+        self._key = key.encode("utf-8") if key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status: list[int] = []
+        scope.setdefault("state", {})  # shared by reference with every inner copy of the scope
+
+        async def send_and_note(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        if not self._authorized(scope):
+            error = APIError(401, "Invalid or missing API key", code="invalid_api_key")
+            await error.response()(scope, receive, send_and_note)
+            self._account(scope, 401, started)
+            return
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            code = status[0] if status else 500
+            generation = scope.get("state", {}).get("generation")
+            if generation is not None:
+                # A request never outlives its HTTP exchange, however that exchange ended.
+                generation.close("error" if code >= 500 else "disconnected")
+                if generation.outcome == "disconnected":
+                    code = _CLIENT_CLOSED
+            self._account(scope, code, started)
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self._key is None or scope["path"] in _OPEN_PATHS:
+            return True
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
+        return False
+
+    def _account(self, scope: Scope, code: int, started: float) -> None:
+        path = scope["path"]
+        duration_ms = (time.monotonic() - started) * 1000
+        generation = scope.get("state", {}).get("generation")
+        if path in _QUIET_PATHS:
+            log.debug("%s %s %d %.1fms", scope["method"], path, code, duration_ms)
+            return
+        finish = generation.outcome if generation is not None else ""
+        self.state.metrics.requests.inc(1, str(code), finish or "")
+        log.info("%s", _log_line(scope, code, duration_ms, generation))
+
+
+def _log_line(scope: Scope, code: int, duration_ms: float, generation: Any) -> str:
+    if generation is None:
+        rid = f"req-{uuid.uuid4().hex[:12]}"
+        return f"{rid} {scope['method']} {scope['path']} status={code} duration={duration_ms:.0f}ms"
+    record = generation.record
+    ttft = (
+        f"{(record.first_token_at - record.arrived) * 1000:.0f}ms"
+        if record.first_token_at is not None
+        else "-"
+    )
+    return (
+        f"{generation.request_id} {scope['method']} {scope['path']} status={code} "
+        f"finish={generation.outcome} prompt_tokens={len(generation.prompt_ids)} "
+        f"completion_tokens={sum(generation.completion_tokens)} ttft={ttft} "
+        f"duration={duration_ms:.0f}ms"
+    )

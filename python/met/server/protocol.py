@@ -1,0 +1,157 @@
+"""Request bodies of the OpenAI-compatible API, and their translation into SamplingParams."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from met.sampling import SamplingParams
+from met.server.errors import from_validation_error, from_value_error, invalid
+
+MAX_N = 16  # choices per request; each one is a sequence holding KV blocks
+MAX_STOP = 4
+_INT64 = 2**63
+
+
+class _Body(BaseModel):
+    # Strict: "5" is not an int and 1 is not a bool; NaN/Infinity are not numbers.
+    # Unknown fields are ignored as other OpenAI-compatible servers do.
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+class StreamOptions(_Body):
+    include_usage: bool | None = None
+
+
+class _GenerationBody(_Body):
+    model: str | None = None
+    n: int | None = None
+    max_tokens: int | None = None
+    min_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionBody(_GenerationBody):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ResponseFormat(_Body):
+    type: str
+
+
+class ChatCompletionBody(_GenerationBody):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Any] | None = None
+
+
+class TokenizeBody(_Body):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+
+
+class DetokenizeBody(_Body):
+    model: str | None = None
+    tokens: list[int]
+
+
+BodyT = TypeVar("BodyT", bound=_Body)
+
+
+def parse_body(raw: bytes, model: type[BodyT]) -> BodyT:
+    try:
+        return model.model_validate_json(raw or b"")
+    except ValidationError as e:
+        raise from_validation_error(e) from None
+
+
+def sampling_params(
+    body: _GenerationBody, max_tokens: int | None, logprobs: int | None
+) -> SamplingParams:
+    """Build and range-check the engine's parameters; a bad value becomes a 400 naming it."""
+    if body.n is not None and body.n > MAX_N:
+        raise invalid(f"n: must be at most {MAX_N}", param="n")
+    if body.seed is not None and not -_INT64 <= body.seed < _INT64:
+        raise invalid("seed: must fit in a signed 64-bit integer", param="seed")
+    params = SamplingParams(
+        n=_or(body.n, 1),
+        max_tokens=max_tokens,
+        min_tokens=_or(body.min_tokens, 0),
+        temperature=_or(body.temperature, 1.0),
+        top_p=_or(body.top_p, 1.0),
+        top_k=_or(body.top_k, 0),
+        min_p=_or(body.min_p, 0.0),
+        seed=body.seed,
+        presence_penalty=_or(body.presence_penalty, 0.0),
+        frequency_penalty=_or(body.frequency_penalty, 0.0),
+        repetition_penalty=_or(body.repetition_penalty, 1.0),
+        logit_bias=_logit_bias(body.logit_bias),
+        stop=_stop_strings(body.stop),
+        ignore_eos=bool(body.ignore_eos),
+        logprobs=logprobs,
+    )
+    try:
+        params.validate()
+    except ValueError as e:
+        raise from_value_error(e) from None
+    return params
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
+    bias: dict[int, float] = {}
+    for key, value in (raw or {}).items():
+        try:
+            bias[int(key)] = value
+        except ValueError:
+            raise invalid(f"logit_bias: key {key!r} is not a token id", "logit_bias") from None
+    return bias
+
+
+def _stop_strings(stop: str | list[str] | None) -> list[str]:
+    strings = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(strings) > MAX_STOP:
+        raise invalid(f"stop: at most {MAX_STOP} stop strings are supported", param="stop")
+    if any(s == "" for s in strings):
+        raise invalid("stop: stop strings must not be empty", param="stop")
+    return strings

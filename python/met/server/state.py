@@ -1,0 +1,123 @@
+"""The server's shared state: the engine, readiness, draining, metrics, request records, logs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from met.server.errors import APIError
+from met.server.metrics import ServerMetrics, hit_rate
+from met.server.settings import ServerSettings
+from met.server.tracking import RecentLogs, RequestTracker
+
+
+class LoadProgress:
+    """Fed by the engine's progress callback from the loading thread; read by /status."""
+
+    def __init__(self) -> None:
+        self.stage = "starting"
+        self.done = 0
+        self.total = 0
+        self._started = time.monotonic()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self._started = time.monotonic()
+        self.stage, self.done, self.total = stage, done, total
+
+    def view(self) -> dict[str, Any]:
+        elapsed = time.monotonic() - self._started
+        speed = self.done / elapsed if elapsed > 0 and self.done else None
+        return {
+            "stage": self.stage,
+            "bytes_done": self.done,
+            "bytes_total": self.total,
+            "bytes_per_s": speed,
+        }
+
+
+class ServerState:
+    def __init__(
+        self,
+        engine: Any,
+        settings: ServerSettings,
+        logs: RecentLogs | None = None,
+        progress: LoadProgress | None = None,
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = ServerMetrics()
+        self.tracker = RequestTracker()
+        self.logs = logs or RecentLogs()
+        self.progress = progress or LoadProgress()
+        self.started_at = time.monotonic()
+        self.draining = False
+        self.load_error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.engine.ready) and self.load_error is None
+
+    @property
+    def served_model_name(self) -> str:
+        return self.settings.served_model_name or self.engine.model_name
+
+    def require_ready(self) -> Any:
+        """The engine, or a 503 while the model loads or the server drains."""
+        if self.draining:
+            raise APIError(503, "The server is shutting down", code="shutting_down")
+        if self.load_error is not None:
+            raise APIError(503, f"The model failed to load: {self.load_error}", code="load_failed")
+        if not self.engine.ready:
+            raise APIError(
+                503,
+                "The model is still loading",
+                code="model_loading",
+                headers={"Retry-After": "5"},
+            )
+        return self.engine
+
+    def check_model(self, requested: str | None) -> str:
+        """The name to answer with; a name this server does not serve is a 404."""
+        names = {self.served_model_name, self.engine.model_name}
+        if requested is None or requested in names:
+            return self.served_model_name
+        raise APIError(
+            404,
+            f"The model '{requested}' does not exist; this server serves "
+            f"'{self.served_model_name}'",
+            param="model",
+            code="model_not_found",
+        )
+
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    def status(self) -> dict[str, Any]:
+        ready = self.ready
+        stats = self.engine.stats() if ready else None
+        requests = self.metrics.requests
+        errors = sum(v for (code, _), v in requests.values.items() if int(code) >= 400)
+        return {
+            "model": self.served_model_name if ready else self.settings.served_model_name,
+            "ready": ready,
+            "draining": self.draining,
+            "loading": None if ready else self.progress.view(),
+            "load_error": self.load_error,
+            "info": self.engine.info if ready else {},
+            "address": self.address(),
+            "uptime_s": round(time.monotonic() - self.started_at, 3),
+            "stats": {
+                "running": stats.num_running if stats else 0,
+                "waiting": stats.num_waiting if stats else 0,
+                "kv_blocks_used": stats.kv_blocks_used if stats else 0,
+                "kv_blocks_total": stats.kv_blocks_total if stats else 0,
+                "prefix_cache_hit_rate": hit_rate(stats) if stats else 0.0,
+                "generated_tokens_total": int(self.metrics.generation_tokens.total()),
+                "prompt_tokens_total": int(self.metrics.prompt_tokens.total()),
+                "requests_total": int(requests.total()),
+                "errors_total": int(errors),
+            },
+            "requests": self.tracker.view(),
+            "recent_logs": list(self.logs.lines),
+        }

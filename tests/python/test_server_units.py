@@ -1,0 +1,155 @@
+"""Pure tests of the server's pieces: settings precedence, SSE framing, metrics, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from met.server.errors import APIError, from_value_error, location_to_param
+from met.server.generation import fit_max_tokens
+from met.server.metrics import Counter, Histogram, ServerMetrics
+from met.server.protocol import ChatCompletionBody, CompletionBody, parse_body, sampling_params
+from met.server.settings import SettingsError, load_settings
+from met.server.streaming import SSE_DONE, Envelope, sse
+
+
+def test_settings_defaults() -> None:
+    s = load_settings([], env={})
+    assert (s.host, s.port, s.api_key, s.shutdown_grace, s.request_timeout) == (
+        "127.0.0.1",
+        8000,
+        None,
+        10.0,
+        None,
+    )
+    assert s.engine.model is None and s.engine.max_queue == 256
+
+
+def test_settings_precedence_flag_over_env_over_file(tmp_path) -> None:
+    config = tmp_path / "met.toml"
+    config.write_text('port = 9001\nmax-num-seqs = 3\napi_key = "from-file"\nshutdown_grace = 2\n')
+    env = {"MET_CONFIG": str(config), "MET_PORT": "9002", "MET_NO_TUI": "yes"}
+    s = load_settings(["--port", "9003"], env=env)
+    assert s.port == 9003  # flag beats env and file
+    assert s.engine.max_num_seqs == 3  # file, nothing above it
+    assert s.api_key == "from-file"
+    assert s.shutdown_grace == 2.0 and isinstance(s.shutdown_grace, float)
+    assert s.no_tui is True
+    assert load_settings([], env=env).port == 9002  # env beats file
+    assert load_settings(["--config", str(config)], env={}).port == 9001
+
+
+@pytest.mark.parametrize(
+    ("env", "content"),
+    [
+        ({"MET_PORT": "eighty"}, None),
+        ({"MET_PORT": "70000"}, None),
+        ({"MET_NO_TUI": "maybe"}, None),
+        ({"MET_DTYPE": "int4"}, None),
+        ({"MET_MAX_NUM_SEQS": "0"}, None),
+        ({}, "colour = 'blue'\n"),
+        ({}, "port = '8000'\n"),
+        ({}, "port = [\n"),
+    ],
+)
+def test_settings_errors(tmp_path, env: dict[str, str], content: str | None) -> None:
+    argv = []
+    if content is not None:
+        config = tmp_path / "bad.toml"
+        config.write_text(content)
+        argv = ["--config", str(config)]
+    with pytest.raises(SettingsError):
+        load_settings(argv, env=env)
+
+
+def test_sse_framing_keeps_unicode() -> None:
+    assert sse({"text": "é😀"}) == 'data: {"text":"é😀"}\n\n'.encode()
+    assert SSE_DONE == b"data: [DONE]\n\n"
+    envelope = Envelope("id-1", "text_completion", "m", include_usage=True, created=5)
+    assert envelope.chunk([])["usage"] is None
+    assert envelope.usage_chunk({"total_tokens": 3}) == {
+        "id": "id-1",
+        "object": "text_completion",
+        "created": 5,
+        "model": "m",
+        "choices": [],
+        "usage": {"total_tokens": 3},
+    }
+
+
+def test_histogram_exposition_is_cumulative() -> None:
+    h = Histogram("met_x_seconds", "help", (0.1, 1.0))
+    for value in (0.05, 0.1, 0.5, 3.0):
+        h.observe(value)
+    lines = h.render()
+    assert 'met_x_seconds_bucket{le="0.1"} 2' in lines
+    assert 'met_x_seconds_bucket{le="1.0"} 3' in lines
+    assert 'met_x_seconds_bucket{le="+Inf"} 4' in lines
+    assert "met_x_seconds_count 4" in lines and "met_x_seconds_sum 3.65" in lines
+
+
+def test_counter_labels_are_escaped() -> None:
+    c = Counter("met_c_total", "help", ("code",))
+    c.inc(2, 'a"b\\')
+    assert c.render()[-1] == 'met_c_total{code="a\\"b\\\\"} 2'
+
+
+def test_metrics_render_names() -> None:
+    text = ServerMetrics().render(None, ready=False)
+    for name in (
+        "met_requests_total",
+        "met_time_to_first_token_seconds_bucket",
+        "met_inter_token_latency_seconds_count",
+        "met_e2e_request_latency_seconds_sum",
+        "met_num_requests_running 0",
+        "met_kv_blocks_used 0",
+        "met_prefix_cache_hit_rate 0.0",
+        "met_prompt_tokens_total 0",
+    ):
+        assert name in text
+    assert text.endswith("\n")
+
+
+def test_error_params() -> None:
+    assert location_to_param(("messages", 0, "content", "str")) == "messages[0].content"
+    assert location_to_param(("prompt", "list[int]", 3)) == "prompt"
+    err = from_value_error(ValueError("top_p: must be in (0, 1]"))
+    assert (err.status, err.param, err.code) == (400, "top_p", None)
+    err = from_value_error(ValueError("prompt: maximum context length is 8 tokens, prompt has 9"))
+    assert err.code == "context_length_exceeded"
+
+
+def test_max_tokens_clamped_to_context() -> None:
+    assert fit_max_tokens(10, 100, 64, "prompt") == 54
+    assert fit_max_tokens(10, None, 64, "prompt") == 54
+    assert fit_max_tokens(10, 5, 64, "prompt") == 5
+    with pytest.raises(APIError) as info:
+        fit_max_tokens(64, 5, 64, "prompt")
+    assert info.value.code == "context_length_exceeded" and "64" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (b'{"prompt": "x", "max_tokens": "5"}', "max_tokens"),
+        (b'{"prompt": "x", "temperature": NaN}', "temperature"),
+        (b'{"prompt": "x", "stream": 1}', "stream"),
+        (b'{"prompt": 3}', "prompt"),
+        (b'{"prompt": "x", "n": 1000}', "n"),
+        (b'{"prompt": "x", "logit_bias": {"abc": 1}}', "logit_bias"),
+        (b'{"prompt": "x", "stop": ""}', "stop"),
+        (b'{"prompt": "x", "top_p": 0}', "top_p"),
+    ],
+)
+def test_completion_body_rejections(raw: bytes, param: str) -> None:
+    with pytest.raises(APIError) as info:
+        body = parse_body(raw, CompletionBody)
+        sampling_params(body, body.max_tokens, body.logprobs)
+    assert info.value.status == 400 and info.value.param == param
+
+
+def test_chat_body_accepts_content_parts() -> None:
+    raw = b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}'
+    body = parse_body(raw, ChatCompletionBody)
+    assert body.messages[0].content[0].text == "hi"
+    params = sampling_params(body, None, None)
+    assert params.max_tokens is None and params.temperature == 1.0
