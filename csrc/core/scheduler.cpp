@@ -1,0 +1,178 @@
+// The scheduler's driver, public API, and tick planning (drain, admission, snapshot).
+#include "met/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "scheduler_internal.h"
+
+namespace met {
+
+int32_t plan_chunk_len(int32_t off, int32_t total, int32_t proposed, int32_t block_size) {
+  if (off + proposed >= total) return proposed;
+  int32_t len = proposed;
+  const int32_t end = off + proposed;
+  const int32_t aligned = end - end % block_size;
+  if (aligned > off) len = aligned - off;
+  // Multiples of 4 keep the fused kernels' tiles full; shorter chunks are left alone.
+  if (len >= 4) len -= len % 4;
+  return len;
+}
+
+size_t admit_count(const std::vector<KvDemand>& in_flight, const std::vector<KvDemand>& incoming,
+                   int32_t total_blocks, int32_t block_size, int32_t watermark) {
+  int64_t reserved = 0;
+  for (const auto& d : in_flight) {
+    reserved += blocks_for(d.tokens + std::min(d.budget, watermark), block_size);
+  }
+  size_t admitted = 0;
+  for (const auto& d : incoming) {
+    const int32_t need = blocks_for(d.tokens + std::min(d.budget, watermark), block_size);
+    const bool lone = in_flight.empty() && admitted == 0;
+    if (!lone && reserved + need > total_blocks) break;
+    reserved += need;
+    ++admitted;
+  }
+  return admitted;
+}
+
+Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink)
+    : backend_(backend),
+      cfg_(std::move(cfg)),
+      fx_(backend, sink),
+      block_size_(0),
+      prefill_stream_(0),
+      prefill_event_(0),
+      decode_(make_plain_decode()) {
+  backend_.bind_gpu_to_thread();
+  prefill_stream_ = backend_.create_stream();
+  prefill_event_ = backend_.create_event();
+  block_size_ = backend_.block_size();
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::add_request(Request r) { inbox_.push_back(std::move(r)); }
+
+// A request that has not started owns nothing on the device, so it just disappears; a started
+// one is ended by the tick that next looks at it (trace spec 9.5).
+void Scheduler::abort_request(uint64_t id) {
+  auto drop = [id](std::deque<Request>& q) {
+    auto it = std::find_if(q.begin(), q.end(), [id](const Request& r) { return r.id == id; });
+    if (it == q.end()) return false;
+    q.erase(it);
+    return true;
+  };
+  if (drop(inbox_) || drop(queue_)) return;
+  cancelled_.insert(id);
+}
+
+void Scheduler::close_inbox() { inbox_closed_ = true; }
+
+bool Scheduler::has_work() const {
+  return !inbox_.empty() || !queue_.empty() || !prefilling_.empty() || !active_.empty() ||
+         !requeued_.empty();
+}
+
+std::vector<ClientEvent> Scheduler::take_events() { return std::exchange(events_, {}); }
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.running = static_cast<int32_t>(active_.size());
+  s.prefilling = static_cast<int32_t>(prefilling_.size());
+  s.waiting = static_cast<int32_t>(inbox_.size() + queue_.size());
+  s.requeued = static_cast<int32_t>(requeued_.size());
+  return s;
+}
+
+TickResult Scheduler::tick(double now) {
+  now_ = now;
+  Plan plan = plan_tick();
+  if (plan.shutdown) {
+    finish();
+    return {true};
+  }
+  for (auto& r : plan.admitted) start_prefill(std::move(r));
+  if (continue_prefills() == Lane::SkipRest) return {false};
+  decode_lane();
+  end_tick();
+  return {false};
+}
+
+bool Scheduler::idle() const { return active_.empty() && prefilling_.empty() && requeued_.empty(); }
+
+Scheduler::Plan Scheduler::plan_tick() {
+  Plan plan;
+  absorb_inbox();
+  const auto busy = static_cast<int32_t>(active_.size() + prefilling_.size());
+  const auto cap = static_cast<size_t>(std::max(0, cfg_.max_batch_size - busy));
+  std::vector<Request> taken;
+  while (!queue_.empty() && taken.size() < cap) {
+    taken.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  if (!taken.empty()) plan.admitted = admit(std::move(taken));
+  // The per-tick status snapshot; the occupancy pair is what a recording backend marks ticks on.
+  backend_.num_free_blocks();
+  backend_.snapshot_pool_occupancy();
+  backend_.snapshot_pool_occupancy();
+  if (plan.admitted.empty() && idle()) {
+    absorb_inbox();
+    plan.shutdown = inbox_closed_ && queue_.empty();
+  }
+  return plan;
+}
+
+// Requests the scheduler can never serve fail here, before they own anything on the device.
+void Scheduler::absorb_inbox() {
+  while (!inbox_.empty()) {
+    Request r = std::move(inbox_.front());
+    inbox_.pop_front();
+    if (r.prompt.empty() || static_cast<int32_t>(r.prompt.size()) >= cfg_.max_seq_len) {
+      ClientEvent e;
+      e.kind = ClientEvent::Kind::Error;
+      e.request_id = r.id;
+      e.error = r.prompt.empty() ? "empty prompt" : "prompt longer than max_seq_len";
+      events_.push_back(std::move(e));
+      continue;
+    }
+    queue_.push_back(std::move(r));
+  }
+}
+
+// Adapter cohort filter (one lookup for the cohort, one per request; met has no LoRA yet, so
+// every slot is kNoAdapter), then the KV gate. Held-back requests go back to the queue front.
+std::vector<Request> Scheduler::admit(std::vector<Request> taken) {
+  backend_.adapter_id_for(kNoAdapter);
+  for (size_t i = 0; i < taken.size(); ++i) backend_.adapter_id_for(kNoAdapter);
+  std::vector<KvDemand> in_flight;
+  for (const auto* list : {&active_, &prefilling_, &requeued_}) {
+    for (const auto& l : *list) {
+      const auto now_tokens = static_cast<int32_t>(l->req.prompt.size() + l->output.size());
+      in_flight.push_back({now_tokens, std::max(0, l->remaining())});
+    }
+  }
+  std::vector<KvDemand> incoming;
+  for (const auto& r : taken) {
+    incoming.push_back({static_cast<int32_t>(r.prompt.size()), r.params.max_tokens});
+  }
+  const size_t n =
+      admit_count(in_flight, incoming, backend_.num_total_blocks(), block_size_, cfg_.max_seq_len);
+  for (size_t i = taken.size(); i > n; --i) queue_.push_front(std::move(taken[i - 1]));
+  taken.resize(n);
+  return taken;
+}
+
+Scheduler::LivePtr Scheduler::make_live(Request r) const {
+  auto live = std::make_unique<Live>();
+  if (!r.params.ignore_eos) live->stop_tokens = cfg_.eos_tokens;
+  for (int32_t t : r.params.stop_token_ids) live->stop_tokens.push_back(t);
+  live->req = std::move(r);
+  return live;
+}
+
+bool Scheduler::at_ceiling(const Live& live) const {
+  return live.prompt_len() + static_cast<int32_t>(live.output.size()) >= cfg_.max_seq_len;
+}
+
+}  // namespace met

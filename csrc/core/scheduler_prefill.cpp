@@ -1,0 +1,223 @@
+// Lanes StartPrefills and ContinuePrefills (trace spec 5.4, 5.5) and first-token sampling (5.8).
+#include <algorithm>
+#include <utility>
+
+#include "met/scheduler.h"
+#include "scheduler_internal.h"
+
+namespace met {
+
+// Chunk 0 of a new request is always a standalone forward; only continuation chunks are fused
+// with decode rows.
+void Scheduler::start_prefill(Request r) {
+  LivePtr live = make_live(std::move(r));
+  Sequence& seq = live->seq;
+  const std::vector<int32_t>& prompt = live->req.prompt;
+  const int32_t total = live->prompt_len();
+  const bool chunked = cfg_.max_prefill_tokens > 0;
+  if (chunked) {
+    backend_.alloc_sequence_for(seq, total + live->req.params.max_tokens);
+  } else {
+    backend_.alloc_sequence(seq);
+  }
+  seq.session_hash = live->req.id;
+  seq.prompt_len = total;
+  live->cached = backend_.match_prefix(seq, prompt);
+  live->offset = live->cached;
+  backend_.adapter_id_for(kNoAdapter);
+  backend_.acquire_adapter_slot(kNoAdapter);
+  if (!chunked) {
+    announce(seq, total - live->offset, live->offset, prompt);
+    backend_.prefill(seq, prompt, kDecodeStream);
+    live->offset = total;
+    const SampledToken tok = first_token(*live, 0);
+    promote(std::move(live), tok);
+    return;
+  }
+  const bool alone = active_.empty() && prefilling_.empty();
+  const int32_t budget = alone ? cfg_.max_batch_tokens : cfg_.max_prefill_tokens;
+  const int32_t off = live->offset;
+  const int32_t len = plan_chunk_len(off, total, std::min(total - off, budget), block_size_);
+  const bool last = off + len >= total;
+  announce(seq, len, off, prompt);
+  backend_.prefill_chunk(seq, prompt, off, len, last, prefill_stream_);
+  live->offset += len;
+  sync_prefill_stream();
+  if (!last) {
+    prefilling_.push_back(std::move(live));
+    return;
+  }
+  const SampledToken tok = first_token(*live, 0);
+  promote(std::move(live), tok);
+}
+
+Scheduler::Lane Scheduler::continue_prefills() {
+  did_mixed_step_ = false;
+  if (!prefilling_.empty()) {
+    const bool decoding = !decode_rows().empty();
+    if (prefilling_.size() >= 2) {
+      batched_step();
+    } else if (decoding) {
+      single_mixed_step();
+    } else {
+      head_chunk_step();
+    }
+  }
+  if (active_.empty()) resume_requeued();
+  return active_.empty() ? Lane::SkipRest : Lane::Continue;
+}
+
+// Every prefilling stream advances one chunk in one forward, fused with the decode rows when
+// there are any (mixed_forward_batch), else on its own (prefill_batch_chunk).
+void Scheduler::batched_step() {
+  backend_.poll_innerq();
+  std::vector<Live*> rows = decode_rows();
+  std::vector<PrefillSlice> slices;
+  for (auto& p : prefilling_) slices.push_back(next_slice(*p));
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> inputs;
+  for (Live* row : rows) {
+    seqs.push_back(&row->seq);
+    inputs.push_back(row->pending);
+  }
+  if (rows.empty()) {
+    backend_.prefill_batch_chunk(slices, prefill_stream_);
+  } else {
+    backend_.mixed_forward_batch(seqs, inputs, slices, prefill_stream_);
+  }
+  sync_prefill_stream();
+  const auto n_decode = static_cast<int32_t>(rows.size());
+  std::vector<SampledToken> firsts(slices.size());
+  for (size_t i = 0; i < slices.size(); ++i) {
+    prefilling_[i]->offset += slices[i].len;
+    if (slices[i].last)
+      firsts[i] = first_token(*prefilling_[i], n_decode + static_cast<int32_t>(i));
+  }
+  if (!rows.empty()) {
+    const auto toks = read_back_direct(rows);
+    for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i], toks[i]);
+    did_mixed_step_ = true;
+  }
+  // Completed prefills join `active` last-first; harmless, decode re-sorts by slot.
+  for (size_t i = slices.size(); i-- > 0;) {
+    if (!slices[i].last) continue;
+    LivePtr done = std::move(prefilling_[i]);
+    prefilling_.erase(prefilling_.begin() + static_cast<std::ptrdiff_t>(i));
+    promote(std::move(done), firsts[i]);
+  }
+}
+
+// One prefilling stream next to decode rows: one mixed_forward, the prefill row last.
+void Scheduler::single_mixed_step() {
+  backend_.poll_innerq();
+  std::vector<Live*> rows = decode_rows();
+  Live& head = *prefilling_.front();
+  const PrefillSlice slice = next_slice(head);
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> inputs;
+  for (Live* row : rows) {
+    seqs.push_back(&row->seq);
+    inputs.push_back(row->pending);
+  }
+  backend_.mixed_forward(seqs, inputs, slice, prefill_stream_);
+  head.offset += slice.len;
+  const auto n_decode = static_cast<int32_t>(rows.size());
+  SampledToken first;
+  if (slice.last) {
+    sync_prefill_stream();
+    first = first_token(head, n_decode);
+  }
+  sync_prefill_stream();
+  const auto toks = read_back_direct(rows);
+  for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i], toks[i]);
+  did_mixed_step_ = true;
+  if (slice.last) {
+    LivePtr done = std::move(prefilling_.front());
+    prefilling_.erase(prefilling_.begin());
+    promote(std::move(done), first);
+  }
+}
+
+// Nothing decoding: the head chunk runs alone, announced to the workers like a first chunk
+// (met's rule: the same words (len, start, total) and the whole prompt).
+void Scheduler::head_chunk_step() {
+  backend_.poll_innerq();
+  Live& head = *prefilling_.front();
+  const PrefillSlice slice = next_slice(head);
+  announce(head.seq, slice.len, slice.start, head.req.prompt);
+  backend_.prefill_chunk(head.seq, head.req.prompt, slice.start, slice.len, slice.last,
+                         prefill_stream_);
+  backend_.normalize_ssm_states(head.seq, prefill_stream_);
+  head.offset += slice.len;
+  if (!slice.last) return;
+  sync_prefill_stream();
+  const SampledToken first = first_token(head, 0);
+  LivePtr done = std::move(prefilling_.front());
+  prefilling_.erase(prefilling_.begin());
+  promote(std::move(done), first);
+}
+
+PrefillSlice Scheduler::next_slice(Live& live) {
+  PrefillSlice s;
+  s.seq = &live.seq;
+  s.prompt = &live.req.prompt;
+  s.start = live.offset;
+  const int32_t total = live.prompt_len();
+  s.len = plan_chunk_len(s.start, total, std::min(total - s.start, cfg_.max_prefill_tokens),
+                         block_size_);
+  s.last = s.start + s.len >= total;
+  return s;
+}
+
+void Scheduler::announce(const Sequence& seq, int32_t len, int32_t start,
+                         const std::vector<int32_t>& toks) {
+  backend_.ep_broadcast_cmd_for_seq(static_cast<uint32_t>(seq.slot), kEpPrefillAnnounce);
+  backend_.ep_broadcast_cmd(static_cast<uint32_t>(len));
+  backend_.ep_broadcast_cmd(static_cast<uint32_t>(start));
+  backend_.ep_broadcast_cmd(static_cast<uint32_t>(toks.size()));
+  backend_.ep_broadcast_tokens(toks);
+  backend_.ep_sync_vision_embeds(static_cast<int32_t>(toks.size()));
+}
+
+// The decode stream must not read KV the prefill stream is still writing.
+void Scheduler::sync_prefill_stream() {
+  backend_.record_event(prefill_event_, prefill_stream_);
+  backend_.stream_wait_event(kDecodeStream, prefill_event_);
+}
+
+// Greedy first tokens on the chunked paths are a device argmax; the rest go through the host
+// sampler. The non-chunked path always samples on the host with the stop tokens masked, so a
+// whole-prompt prefill never ends a request on its first token.
+SampledToken Scheduler::first_token(Live& live, int32_t row) {
+  const bool chunked = cfg_.max_prefill_tokens > 0;
+  const bool host = !chunked || !live.req.params.greedy() || live.req.params.wants_logprobs() ||
+                    floor_active(live);
+  if (!host) {
+    SampledToken t;
+    t.token = backend_.argmax_on_device(row, kDecodeStream);
+    return t;
+  }
+  backend_.copy_logits_to_host(row, 1);
+  SampleRow sr;
+  sr.request_id = live.req.id;
+  sr.row = row;
+  sr.seq = &live.seq;
+  sr.params = live.req.params;
+  sr.n_generated = 0;
+  sr.mask_stop = !chunked || floor_active(live);
+  sr.stop_tokens = live.stop_tokens;
+  return backend_.sample_rows({sr}).at(0);
+}
+
+// A first token that is a stop token (or a request of at most one token) finishes at once; it
+// still joins `active` so the end of this tick retires it like any other (trace spec 9.4).
+void Scheduler::promote(LivePtr live, const SampledToken& tok) {
+  live->pending = tok.token;
+  live->output.push_back(tok.token);
+  const bool stop = is_stop(*live, tok.token);
+  if (!stop) emit_token(*live, tok, false);
+  live->finished = stop || live->remaining() <= 0 || at_ceiling(*live);
+  active_.push_back(std::move(live));
+}
+
+}  // namespace met

@@ -1,0 +1,183 @@
+// Owns: every request from the inbox until its Done: the Sequences (heap-allocated, stable
+// addresses for the backend), the waiting queue, the prefilling/active/requeued lists, and the
+// client events of each tick.
+// Called by: the engine thread (Python, through bindings/scheduler.cpp) and the trace harness.
+// Invariants: never reads a clock (time comes in through tick), never touches a tensor; each tick
+// is plan -> StartPrefills -> ContinuePrefills -> Decode -> end of tick (trace spec section 5), and
+// every device call goes through the Backend or the EffectApplier, in the order the trace spec
+// fixes. A sequence is in exactly one of prefilling / active / requeued.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "met/backend.h"
+#include "met/effects.h"
+#include "met/types.h"
+
+namespace met {
+
+struct SchedulerConfig {
+  int32_t max_batch_size = 8;
+  int32_t max_prefill_tokens = 0;  // chunk length of chunked prefill; 0: whole prompts
+  int32_t max_batch_tokens = 8192;
+  int32_t max_seq_len = 4096;
+  std::vector<int32_t> eos_tokens{63};
+};
+
+struct Request {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  bool has_deadline = false;
+  double deadline = 0;    // seconds, same clock as tick(now)
+  bool streaming = true;  // false: no Token events, only the Done (which carries every token)
+};
+
+struct ClientEvent {
+  enum class Kind { Token, Done, Error };
+  Kind kind = Kind::Token;
+  uint64_t request_id = 0;
+  SampledToken token;          // Token
+  bool with_logprobs = false;  // Token: the request asked for logprobs
+  std::string finish_reason;   // Done: stop | length | timeout
+  int32_t n = 0, think = 0, cached = 0, acc = 0;
+  std::string guard;            // Done: "" = None, else the guard that ended it (request_timeout)
+  std::string error;            // Error
+  std::vector<int32_t> output;  // Done: every output token (incl. a final stop token)
+  int32_t logprobs = 0;         // Done: output tokens that carried logprobs
+};
+
+struct TickResult {
+  bool shutdown = false;
+};
+
+struct SchedulerStats {
+  int32_t running = 0;
+  int32_t prefilling = 0;
+  int32_t waiting = 0;  // inbox + queue
+  int32_t requeued = 0;
+};
+
+// Chunk length for prompt tokens [off, total) given a proposed length (trace spec 5.4): a chunk
+// that reaches the end is taken whole; otherwise its end moves down to a block boundary past
+// `off` and the length is rounded down to a multiple of 4.
+int32_t plan_chunk_len(int32_t off, int32_t total, int32_t proposed, int32_t block_size);
+
+// KV blocks for `tokens` tokens plus the next position.
+inline int32_t blocks_for(int32_t tokens, int32_t block_size) { return tokens / block_size + 1; }
+
+// The admission KV gate: how many of `incoming` (prompt + max_tokens each, in order) fit next to
+// `in_flight` (current tokens + remaining budget each) in `total_blocks`, reserving at most
+// `watermark` future tokens per request. A lone request with nothing in flight always fits.
+struct KvDemand {
+  int32_t tokens = 0;
+  int32_t budget = 0;
+};
+size_t admit_count(const std::vector<KvDemand>& in_flight, const std::vector<KvDemand>& incoming,
+                   int32_t total_blocks, int32_t block_size, int32_t watermark);
+
+// Slot compaction: for survivors holding `slots` (in active order) next to other live slots
+// `pinned` (prefilling sequences), the target of each survivor (-1: stays). Survivors at a slot
+// >= n move to the free slots of [0, n), highest first.
+std::vector<int64_t> compaction_targets(const std::vector<int64_t>& slots,
+                                        const std::vector<int64_t>& pinned);
+
+struct Live;
+class DecodeStrategy;
+
+class Scheduler {
+ public:
+  Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink = nullptr);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void add_request(Request r);
+  void abort_request(uint64_t id);
+  void close_inbox();
+  bool has_work() const;
+  TickResult tick(double now);
+  std::vector<ClientEvent> take_events();
+  SchedulerStats stats() const;
+
+  // What a decode strategy may do to the tick it runs in (see scheduler_decode.cpp).
+  Backend& backend() { return backend_; }
+  EffectApplier& effects() { return fx_; }
+  Readback readback_plan(const std::vector<Live*>& rows) const;
+  std::vector<SampledToken> read_rows(const std::vector<Live*>& rows, Readback plan,
+                                      std::vector<int32_t> argmax);
+  void accept_token(Live& live, const SampledToken& tok);
+  void preempt(Live& victim);
+
+ private:
+  enum class Lane { Continue, SkipRest };
+  using LivePtr = std::unique_ptr<Live>;
+
+  // planning (scheduler.cpp)
+  struct Plan {
+    bool shutdown = false;
+    std::vector<Request> admitted;
+  };
+  Plan plan_tick();
+  void absorb_inbox();
+  std::vector<Request> admit(std::vector<Request> taken);
+  bool idle() const;
+
+  // prefill lanes (scheduler_prefill.cpp)
+  void start_prefill(Request r);
+  Lane continue_prefills();
+  void batched_step();
+  void single_mixed_step();
+  void head_chunk_step();
+  PrefillSlice next_slice(Live& live);
+  void announce(const Sequence& seq, int32_t len, int32_t start, const std::vector<int32_t>& toks);
+  void sync_prefill_stream();
+  SampledToken first_token(Live& live, int32_t row);
+  void promote(LivePtr live, const SampledToken& tok);
+
+  // decode lane (scheduler_decode.cpp)
+  void decode_lane();
+  std::vector<Live*> decode_rows();
+  std::vector<SampledToken> read_back_direct(const std::vector<Live*>& rows);
+  bool floor_active(const Live& live) const;
+  bool is_stop(const Live& live, int32_t token) const;
+  void emit_token(const Live& live, const SampledToken& tok, bool with_logprobs);
+
+  // end of tick and shutdown (scheduler_end.cpp)
+  void end_tick();
+  void drop_cancelled();
+  void retire_finished();
+  void compact_slots();
+  void resume_requeued();
+  void finish();
+  void emit_done(const Live& live);
+
+  LivePtr make_live(Request r) const;
+  bool at_ceiling(const Live& live) const;
+
+  Backend& backend_;
+  SchedulerConfig cfg_;
+  EffectApplier fx_;
+  int32_t block_size_;
+  int32_t prefill_stream_;
+  int32_t prefill_event_;
+  double now_ = 0;
+  bool did_mixed_step_ = false;
+
+  std::deque<Request> inbox_;
+  std::deque<Request> queue_;
+  bool inbox_closed_ = false;
+  std::vector<LivePtr> prefilling_;
+  std::vector<LivePtr> active_;
+  std::vector<LivePtr> requeued_;
+  std::set<uint64_t> cancelled_;
+  std::vector<ClientEvent> events_;
+  std::unique_ptr<DecodeStrategy> decode_;
+};
+
+}  // namespace met

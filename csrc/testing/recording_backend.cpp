@@ -1,0 +1,379 @@
+#include "recording_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace met::testing {
+namespace {
+
+constexpr uint16_t kBf16Thirty = 0x41F0;  // 30.0: the scripted id's logit on the host
+
+std::string sid(const Sequence& s) {
+  // A detached slot (-1) prints as usize::MAX, as the reference fake does.
+  return "s" + std::to_string(s.session_hash) + "@" +
+         std::to_string(static_cast<uint64_t>(s.slot)) + ":len=" + std::to_string(s.seq_len);
+}
+
+std::string int_list(const std::vector<int32_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+std::string quoted_list(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", \"" : "\"") + v[i] + "\"";
+  return out + "]";
+}
+
+std::string hex(uint32_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+const char* boolean(bool b) { return b ? "true" : "false"; }
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f = 0;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+std::string TraceBuffer::text() const {
+  std::string out;
+  for (const auto& l : lines_) out += l + "\n";
+  return out;
+}
+
+RecordingBackend::RecordingBackend(FakeModelConfig cfg) : cfg_(std::move(cfg)) {}
+
+void RecordingBackend::add_script(uint64_t request_id, Script script) {
+  scripts_[request_id] = std::move(script);
+}
+
+const Script& RecordingBackend::script_for(const Sequence& seq) const {
+  const uint64_t key = seq.session_hash != 0 ? seq.session_hash
+                       : seq.tokens.empty()  ? 0
+                                             : static_cast<uint64_t>(seq.tokens.front());
+  auto it = scripts_.find(key);
+  if (it == scripts_.end()) throw std::logic_error("fake: no script for s" + std::to_string(key));
+  return it->second;
+}
+
+// The answer of a forward whose last input sits at absolute position `pos` (trace spec 2.4).
+int32_t RecordingBackend::out_after(const Sequence& seq, int32_t pos) const {
+  const Script& s = script_for(seq);
+  const auto g = static_cast<size_t>(std::max(0, pos + 1 - s.prompt_len));
+  return s.toks.at(std::min(g, s.toks.size() - 1));
+}
+
+int32_t RecordingBackend::snapshot_pool_occupancy() {
+  if (++occupancy_calls_ % 2 == 1) {
+    ++gate_tick_;
+    if (gate_) gate_(gate_tick_);
+    record("-- tick " + std::to_string(gate_tick_));
+  }
+  return -1;
+}
+
+std::vector<SampledToken> RecordingBackend::sample_rows(const std::vector<SampleRow>& rows) {
+  std::vector<SampledToken> out;
+  for (const SampleRow& r : rows) {
+    auto it = host_rows_.find(r.row);
+    if (it == host_rows_.end()) throw std::logic_error("fake: row not copied to the host");
+    std::vector<float> logits;
+    for (uint16_t b : it->second) logits.push_back(bf16_to_float(b));
+    if (r.mask_stop) {
+      for (int32_t t : r.stop_tokens) logits.at(t) = -std::numeric_limits<float>::infinity();
+    }
+    // Ties go to the highest id. With 30.0-versus-0.0 rows a temperature sample always lands on
+    // the argmax, so the fake never draws.
+    size_t best = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] >= logits[best]) best = i;
+    }
+    double z = 0;
+    for (float v : logits) z += std::exp(static_cast<double>(v - logits[best]));
+    SampledToken t;
+    t.token = static_cast<int32_t>(best);
+    t.logprob = static_cast<float>(-std::log(z));
+    out.push_back(t);
+  }
+  return out;
+}
+
+void RecordingBackend::bind_gpu_to_thread() { record("bind_gpu_to_thread()"); }
+
+int32_t RecordingBackend::create_stream() {
+  record("create_stream() -> 1");
+  return 1;
+}
+
+int32_t RecordingBackend::create_event() {
+  const int32_t e = next_event_++;
+  record("create_event() -> " + std::to_string(e));
+  return e;
+}
+
+void RecordingBackend::record_event(int32_t event, int32_t stream) {
+  record("record_event(event=" + std::to_string(event) + ", stream=" + std::to_string(stream) +
+         ")");
+}
+
+void RecordingBackend::stream_wait_event(int32_t stream, int32_t event) {
+  record("stream_wait_event(stream=" + std::to_string(stream) + ", event=" + std::to_string(event) +
+         ")");
+}
+
+void RecordingBackend::synchronize(int32_t stream) {
+  record("synchronize(stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::teardown() { record("teardown()"); }
+
+int32_t RecordingBackend::take_slot() {
+  if (free_slots_.empty()) return static_cast<int32_t>(next_slot_++);
+  const int64_t s = free_slots_.back();
+  free_slots_.pop_back();
+  return static_cast<int32_t>(s);
+}
+
+void RecordingBackend::release_slot(int64_t slot) {
+  free_slots_.push_back(slot);
+  std::sort(free_slots_.rbegin(), free_slots_.rend());
+}
+
+void RecordingBackend::alloc_sequence(Sequence& seq) {
+  seq.slot = take_slot();
+  record("alloc_sequence() -> slot " + std::to_string(seq.slot));
+}
+
+void RecordingBackend::alloc_sequence_for(Sequence& seq, int32_t budget) {
+  seq.slot = take_slot();
+  record("alloc_sequence_for(budget=" + std::to_string(budget) + ") -> slot " +
+         std::to_string(seq.slot));
+}
+
+void RecordingBackend::free_sequence(Sequence& seq) {
+  record("free_sequence(" + sid(seq) + ", blocks=" + std::to_string(seq.block_table.size()) + ")");
+  used_blocks_ -= static_cast<int32_t>(seq.block_table.size());
+  seq.block_table.clear();
+  release_slot(seq.slot);
+  seq.slot = kDetachedSlot;
+}
+
+void RecordingBackend::cache_sequence(Sequence& seq) { record("cache_sequence(" + sid(seq) + ")"); }
+
+void RecordingBackend::compact_sequence(Sequence& seq, int64_t new_slot) {
+  record("compact_sequence(" + sid(seq) + ", new_slot=" + std::to_string(new_slot) + ")");
+  if (seq.slot == new_slot) return;
+  auto it = std::find(free_slots_.begin(), free_slots_.end(), new_slot);
+  if (it == free_slots_.end()) throw std::logic_error("fake: compaction target is not free");
+  free_slots_.erase(it);
+  release_slot(seq.slot);
+  seq.slot = new_slot;
+}
+
+int32_t RecordingBackend::num_free_blocks() {
+  const int32_t f = std::max(0, cfg_.total_blocks - (used_blocks_ + cfg_.held_blocks));
+  record("num_free_blocks() -> " + std::to_string(f));
+  return f;
+}
+
+int32_t RecordingBackend::adapter_id_for(int32_t slot) {
+  record("adapter_id_for(" + std::to_string(slot) + ")");
+  return 0;
+}
+
+int32_t RecordingBackend::acquire_adapter_slot(int32_t slot) {
+  record("acquire_adapter_slot(" + std::to_string(slot) + ")");
+  return slot;
+}
+
+void RecordingBackend::ep_broadcast_cmd_for_seq(uint32_t seq, uint32_t cmd) {
+  record("ep_broadcast_cmd_for_seq(seq=" + std::to_string(seq) + ", cmd=" + hex(cmd) + ")");
+}
+
+void RecordingBackend::ep_broadcast_cmd(uint32_t word) {
+  record("ep_broadcast_cmd(" + hex(word) + ")");
+}
+
+void RecordingBackend::ep_broadcast_tokens(const std::vector<int32_t>& tokens) {
+  record("ep_broadcast_tokens(n=" + std::to_string(tokens.size()) + ")");
+}
+
+void RecordingBackend::ep_sync_vision_embeds(int32_t n) {
+  record("ep_sync_vision_embeds(n=" + std::to_string(n) + ")");
+}
+
+// The fake's block rule: tokens plus the next position; tables never shrink.
+void RecordingBackend::grow_blocks(Sequence& seq) {
+  const auto need = static_cast<size_t>(seq.seq_len / cfg_.block_size + 1);
+  while (seq.block_table.size() < need) {
+    seq.block_table.push_back(used_blocks_++);
+  }
+}
+
+int32_t RecordingBackend::chunk(Sequence& seq, const std::vector<int32_t>& prompt, int32_t start,
+                                int32_t len) {
+  if (start == 0) seq.prompt_len = static_cast<int32_t>(prompt.size());
+  seq.tokens.insert(seq.tokens.end(), prompt.begin() + start, prompt.begin() + start + len);
+  seq.seq_len = start + len;
+  grow_blocks(seq);
+  return out_after(seq, seq.seq_len - 1);
+}
+
+int32_t RecordingBackend::decode_row(Sequence& seq, int32_t token) {
+  const Script& s = script_for(seq);
+  const auto generated = static_cast<int32_t>(seq.tokens.size()) - s.prompt_len;
+  if (s.cancel_at >= 0 && generated == s.cancel_at && cancel_) cancel_(seq.session_hash);
+  seq.tokens.push_back(token);
+  ++seq.seq_len;
+  grow_blocks(seq);
+  return out_after(seq, seq.seq_len - 1);
+}
+
+std::string RecordingBackend::slice_text(const PrefillSlice& s) const {
+  return sid(*s.seq) + " start=" + std::to_string(s.start) + " len=" + std::to_string(s.len) +
+         " last=" + boolean(s.last);
+}
+
+void RecordingBackend::prefill(Sequence& seq, const std::vector<int32_t>& prompt, int32_t stream) {
+  seq.tokens = prompt;
+  seq.seq_len = static_cast<int32_t>(prompt.size());
+  grow_blocks(seq);
+  rows_ = {out_after(seq, seq.seq_len - 1)};
+  host_rows_.clear();
+  record("prefill(n=" + std::to_string(prompt.size()) + ", " + sid(seq) +
+         ", stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::prefill_chunk(Sequence& seq, const std::vector<int32_t>& prompt,
+                                     int32_t start, int32_t len, bool last, int32_t stream) {
+  rows_ = {chunk(seq, prompt, start, len)};
+  host_rows_.clear();
+  record("prefill_chunk(start=" + std::to_string(start) + ", len=" + std::to_string(len) +
+         ", last=" + boolean(last) + ", " + sid(seq) + ", stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::mixed_forward(const std::vector<Sequence*>& decode_seqs,
+                                     const std::vector<int32_t>& decode_tokens,
+                                     const PrefillSlice& slice, int32_t stream) {
+  rows_.clear();
+  host_rows_.clear();
+  for (size_t i = 0; i < decode_seqs.size(); ++i) {
+    rows_.push_back(decode_row(*decode_seqs[i], decode_tokens[i]));
+  }
+  rows_.push_back(chunk(*slice.seq, *slice.prompt, slice.start, slice.len));
+  record("mixed_forward(decode=" + int_list(decode_tokens) + ", prefill=" + slice_text(slice) +
+         ", stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::mixed_forward_batch(const std::vector<Sequence*>& decode_seqs,
+                                           const std::vector<int32_t>& decode_tokens,
+                                           const std::vector<PrefillSlice>& slices,
+                                           int32_t stream) {
+  rows_.clear();
+  host_rows_.clear();
+  for (size_t i = 0; i < decode_seqs.size(); ++i) {
+    rows_.push_back(decode_row(*decode_seqs[i], decode_tokens[i]));
+  }
+  std::vector<std::string> texts;
+  for (const auto& s : slices) {
+    rows_.push_back(chunk(*s.seq, *s.prompt, s.start, s.len));
+    texts.push_back(slice_text(s));
+  }
+  record("mixed_forward_batch(decode=" + int_list(decode_tokens) +
+         ", prefills=" + quoted_list(texts) + ", stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::prefill_batch_chunk(const std::vector<PrefillSlice>& slices,
+                                           int32_t stream) {
+  rows_.clear();
+  host_rows_.clear();
+  std::vector<std::string> texts;
+  for (const auto& s : slices) {
+    rows_.push_back(chunk(*s.seq, *s.prompt, s.start, s.len));
+    texts.push_back(slice_text(s));
+  }
+  record("prefill_batch_chunk(streams=" + quoted_list(texts) +
+         ", stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::decode_batch(const std::vector<int32_t>& tokens,
+                                    const std::vector<Sequence*>& seqs, int32_t stream) {
+  std::vector<std::string> before;
+  for (const Sequence* s : seqs) before.push_back(sid(*s));
+  const std::string text = "decode_batch(tokens=" + int_list(tokens) +
+                           ", seqs=" + quoted_list(before) + ", stream=" + std::to_string(stream) +
+                           ")";
+  const int32_t index = decode_calls_++;
+  const auto& ex = cfg_.kv_exhaust_at;
+  if (std::find(ex.begin(), ex.end(), index) != ex.end()) {
+    record(text + " -> ERR KV cache exhausted");
+    throw KvExhausted();
+  }
+  record(text);
+  rows_.clear();
+  host_rows_.clear();
+  for (size_t i = 0; i < seqs.size(); ++i) rows_.push_back(decode_row(*seqs[i], tokens[i]));
+}
+
+void RecordingBackend::commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) {
+  record("commit_ctx(" + sid(seq) + ", n=" + std::to_string(n) + ", base=" + std::to_string(base) +
+         ", row=" + std::to_string(row) + ")");
+}
+
+void RecordingBackend::normalize_ssm_states(Sequence& seq, int32_t stream) {
+  record("normalize_ssm_states(" + sid(seq) + ", stream=" + std::to_string(stream) + ")");
+}
+
+void RecordingBackend::poll_innerq() { record("poll_innerq()"); }
+
+void RecordingBackend::decode_marconi_checkpoint(Sequence& seq) {
+  record("decode_marconi_checkpoint(" + sid(seq) + ")");
+}
+
+// Reading a row the last forward did not produce is a scheduler bug, never a fallback.
+int32_t RecordingBackend::checked_row(int32_t row) const {
+  if (row < 0 || static_cast<size_t>(row) >= rows_.size()) {
+    throw std::logic_error("fake: read of logits row " + std::to_string(row) +
+                           " the last forward did not produce");
+  }
+  return rows_[static_cast<size_t>(row)];
+}
+
+int32_t RecordingBackend::argmax_on_device(int32_t row, int32_t stream) {
+  const int32_t t = checked_row(row);
+  record("argmax_on_device(row=" + std::to_string(row) + ", stream=" + std::to_string(stream) +
+         ") -> " + std::to_string(t));
+  return t;
+}
+
+std::vector<int32_t> RecordingBackend::argmax_batch(int32_t row, int32_t n, int32_t stream) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(checked_row(row + i));
+  record("argmax_batch(row=" + std::to_string(row) + ", n=" + std::to_string(n) +
+         ", stream=" + std::to_string(stream) + ") -> " + int_list(out));
+  return out;
+}
+
+void RecordingBackend::copy_logits_to_host(int32_t row, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    std::vector<uint16_t> bf16(static_cast<size_t>(cfg_.vocab), 0);
+    bf16.at(static_cast<size_t>(checked_row(row + i))) = kBf16Thirty;
+    host_rows_[row + i] = std::move(bf16);
+  }
+  record("copy_logits_to_host(row=" + std::to_string(row) +
+         ", off=0, bytes=" + std::to_string(n * cfg_.vocab * 2) + ")");
+}
+
+}  // namespace met::testing

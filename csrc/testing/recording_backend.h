@@ -1,0 +1,136 @@
+// Owns: the recording fake model of the trace spec (section 2): slot pool, KV block counter,
+// per-request scripts, the logits rows of the last forward, and the trace buffer its lines go to.
+// Called by: the scheduler (as a Backend) inside the scenario harness; tests.
+// Invariants: every recorded call appends exactly one line, in call order, to the same buffer the
+// scheduler's effect applier writes `fx` lines to; the fake's answers depend only on the scripts
+// and the call history, so a run is byte-for-byte reproducible.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "met/backend.h"
+#include "met/effects.h"
+
+namespace met::testing {
+
+class TraceBuffer : public TraceSink {
+ public:
+  void line(const std::string& text) override { lines_.push_back(text); }
+  // Lines joined with '\n', one final '\n'.
+  std::string text() const;
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+struct FakeModelConfig {
+  int32_t vocab = 64;
+  int32_t block_size = 16;
+  int32_t total_blocks = 1000;
+  int32_t held_blocks = 0;  // pinned outside any sequence
+  // Blocks reclaim_prefix_blocks could hand back; accepted for scenario-file compatibility, met's
+  // scheduler never reclaims.
+  int32_t reclaimable = 0;
+  std::vector<int32_t> kv_exhaust_at;  // 0-based decode_batch call indexes that fail
+};
+
+struct Script {
+  int32_t prompt_len = 0;
+  std::vector<int32_t> toks;  // the planned output; past the end the last token repeats
+  int32_t cancel_at = -1;     // -1: never; else raise the cancel flag at this many generated
+};
+
+class RecordingBackend : public Backend {
+ public:
+  explicit RecordingBackend(FakeModelConfig cfg);
+
+  void add_script(uint64_t request_id, Script script);
+  // Called with t on the occupancy query that marks tick t, before `-- tick t` is written.
+  void set_tick_gate(std::function<void(int32_t)> gate) { gate_ = std::move(gate); }
+  // Called with the request id when a script's cancel_at is reached.
+  void set_cancel_hook(std::function<void(uint64_t)> hook) { cancel_ = std::move(hook); }
+  TraceBuffer& trace() { return trace_; }
+
+  int32_t vocab_size() override { return cfg_.vocab; }
+  int32_t block_size() override { return cfg_.block_size; }
+  int32_t num_total_blocks() override { return cfg_.total_blocks; }
+  int32_t snapshot_pool_occupancy() override;
+  std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) override;
+
+  void bind_gpu_to_thread() override;
+  int32_t create_stream() override;
+  int32_t create_event() override;
+  void record_event(int32_t event, int32_t stream) override;
+  void stream_wait_event(int32_t stream, int32_t event) override;
+  void synchronize(int32_t stream) override;
+  void teardown() override;
+
+  void alloc_sequence(Sequence& seq) override;
+  void alloc_sequence_for(Sequence& seq, int32_t budget) override;
+  void free_sequence(Sequence& seq) override;
+  void cache_sequence(Sequence& seq) override;
+  void compact_sequence(Sequence& seq, int64_t new_slot) override;
+  int32_t num_free_blocks() override;
+
+  int32_t adapter_id_for(int32_t slot) override;
+  int32_t acquire_adapter_slot(int32_t slot) override;
+
+  void ep_broadcast_cmd_for_seq(uint32_t seq, uint32_t cmd) override;
+  void ep_broadcast_cmd(uint32_t word) override;
+  void ep_broadcast_tokens(const std::vector<int32_t>& tokens) override;
+  void ep_sync_vision_embeds(int32_t n) override;
+
+  void prefill(Sequence& seq, const std::vector<int32_t>& prompt, int32_t stream) override;
+  void prefill_chunk(Sequence& seq, const std::vector<int32_t>& prompt, int32_t start, int32_t len,
+                     bool last, int32_t stream) override;
+  void mixed_forward(const std::vector<Sequence*>& decode_seqs,
+                     const std::vector<int32_t>& decode_tokens, const PrefillSlice& slice,
+                     int32_t stream) override;
+  void mixed_forward_batch(const std::vector<Sequence*>& decode_seqs,
+                           const std::vector<int32_t>& decode_tokens,
+                           const std::vector<PrefillSlice>& slices, int32_t stream) override;
+  void prefill_batch_chunk(const std::vector<PrefillSlice>& slices, int32_t stream) override;
+  void decode_batch(const std::vector<int32_t>& tokens, const std::vector<Sequence*>& seqs,
+                    int32_t stream) override;
+  void commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) override;
+  void normalize_ssm_states(Sequence& seq, int32_t stream) override;
+  void poll_innerq() override;
+  void decode_marconi_checkpoint(Sequence& seq) override;
+
+  int32_t argmax_on_device(int32_t row, int32_t stream) override;
+  std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t stream) override;
+  void copy_logits_to_host(int32_t row, int32_t n) override;
+
+ private:
+  void record(const std::string& text) { trace_.line(text); }
+  const Script& script_for(const Sequence& seq) const;
+  int32_t out_after(const Sequence& seq, int32_t pos) const;
+  int32_t take_slot();
+  void release_slot(int64_t slot);
+  void grow_blocks(Sequence& seq);
+  int32_t chunk(Sequence& seq, const std::vector<int32_t>& prompt, int32_t start, int32_t len);
+  int32_t decode_row(Sequence& seq, int32_t token);
+  std::string slice_text(const PrefillSlice& s) const;
+  int32_t checked_row(int32_t row) const;
+
+  FakeModelConfig cfg_;
+  TraceBuffer trace_;
+  std::map<uint64_t, Script> scripts_;
+  std::vector<int64_t> free_slots_;  // sorted descending: the smallest is popped from the back
+  int64_t next_slot_ = 0;
+  int32_t used_blocks_ = 0;
+  std::vector<int32_t> rows_;  // next-token answer per logits row of the last forward
+  std::map<int32_t, std::vector<uint16_t>> host_rows_;  // BF16 logits copied to the host
+  int32_t decode_calls_ = 0;
+  int32_t occupancy_calls_ = 0;
+  int32_t gate_tick_ = 0;
+  int32_t next_event_ = 2;
+  std::function<void(int32_t)> gate_;
+  std::function<void(uint64_t)> cancel_;
+};
+
+}  // namespace met::testing
