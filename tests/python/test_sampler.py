@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from met.model.sampler import RowParams, SampleRowSpec, argmax, sample
+from met.model.sampler import RowParams, SampleSpec, argmax, sample
 
 V = 50
 
@@ -13,16 +13,16 @@ def _logits(rows: int = 1, seed: int = 0) -> torch.Tensor:
     return torch.randn(rows, V, generator=torch.Generator().manual_seed(seed)) * 2
 
 
-def _row(**params: object) -> SampleRowSpec:
+def _row(**params: object) -> SampleSpec:
     extra = {
         k: params.pop(k)
-        for k in ("history", "n_generated", "mask_stop", "stop_tokens")
+        for k in ("history", "prompt_len", "n_generated", "mask_stop", "stop_tokens")
         if k in params
     }
-    return SampleRowSpec(RowParams(**params), **extra)
+    return SampleSpec(RowParams(**params), **extra)
 
 
-def _tokens(logits: torch.Tensor, rows: list[SampleRowSpec]) -> list[int]:
+def _tokens(logits: torch.Tensor, rows: list[SampleSpec]) -> list[int]:
     return [s.token for s in sample(logits, rows)]
 
 
@@ -88,7 +88,7 @@ def test_penalties():
     assert _tokens(logits, [_row(presence_penalty=1.0, history=[1, 4], n_generated=1)]) == [5]
     freq = _row(frequency_penalty=0.2, history=[4, 4, 5], n_generated=3)
     assert _tokens(logits, [freq]) == [5]  # 3 - 2 * 0.2 < 2.9 - 0.2
-    presence = _row(presence_penalty=0.2, history=[4, 4, 5], n_generated=3)
+    presence = _row(presence_penalty=0.2, history=[9, 4, 4, 5], prompt_len=1)
     assert _tokens(logits, [presence]) == [4]  # once per token: 3 - 0.2 > 2.9 - 0.2
     # Repetition penalty covers prompt and output, dividing positive and multiplying negative.
     rep = sample(logits, [_row(repetition_penalty=2.0, history=[4, 6], top_logprobs=0)])[0]

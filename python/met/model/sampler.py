@@ -36,12 +36,14 @@ class RowParams:
 
 
 @dataclass
-class SampleRowSpec:
-    """One logits row to sample. `history` is prompt + output so far, the output being its last
-    `n_generated` ids (met::Sequence::tokens before this pick)."""
+class SampleSpec:
+    """One logits row to sample. `history` is prompt + output so far (met::Sequence::tokens
+    before this pick); the output is history[prompt_len:], or its last `n_generated` ids when
+    prompt_len is not given."""
 
     params: Any  # RowParams or anything with the same attributes
     history: Sequence[int] = ()
+    prompt_len: int | None = None
     n_generated: int = 0
     mask_stop: bool = False  # min_tokens not reached: stop tokens may not be drawn
     stop_tokens: Sequence[int] = ()
@@ -59,7 +61,7 @@ def argmax(logits: Tensor) -> Tensor:
     return logits.argmax(dim=-1)
 
 
-def sample(logits: Tensor, rows: Sequence[SampleRowSpec]) -> list[SampledToken]:
+def sample(logits: Tensor, rows: Sequence[SampleSpec]) -> list[SampledToken]:
     """One token per row of `logits` [R, V] (float32), in row order."""
     if logits.shape[0] != len(rows):
         raise ValueError(f"{logits.shape[0]} logits rows for {len(rows)} sample rows")
@@ -73,7 +75,7 @@ def sample(logits: Tensor, rows: Sequence[SampleRowSpec]) -> list[SampledToken]:
     ]
 
 
-def _adjust(row_logits: Tensor, row: SampleRowSpec) -> None:
+def _adjust(row_logits: Tensor, row: SampleSpec) -> None:
     """Bias, penalties and stop mask, in place on one row."""
     p = row.params
     bias = p.logit_bias.items() if isinstance(p.logit_bias, dict) else p.logit_bias
@@ -87,7 +89,7 @@ def _adjust(row_logits: Tensor, row: SampleRowSpec) -> None:
         row_logits[seen] = torch.where(
             vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty
         )
-    output = list(row.history[len(row.history) - row.n_generated :]) if row.n_generated else []
+    output = _output_tokens(row)
     if output and (p.presence_penalty or p.frequency_penalty):
         # OpenAI: only generated tokens count, presence once, frequency per occurrence.
         ids = torch.tensor(output, device=dev, dtype=torch.long)
@@ -99,7 +101,13 @@ def _adjust(row_logits: Tensor, row: SampleRowSpec) -> None:
         )
 
 
-def _pick(logits: Tensor, rows: Sequence[SampleRowSpec]) -> Tensor:
+def _output_tokens(row: SampleSpec) -> list[int]:
+    if row.prompt_len is not None:
+        return list(row.history[row.prompt_len :])
+    return list(row.history[len(row.history) - row.n_generated :]) if row.n_generated else []
+
+
+def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     """Greedy rows take the argmax; the others draw, all truncations batched over them."""
     picks = argmax(logits)
     drawn = [
@@ -143,7 +151,7 @@ def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
     return probs.scatter(-1, order, sorted_probs.masked_fill(cut, 0.0))
 
 
-def _draw(probs: Tensor, row: SampleRowSpec) -> int:
+def _draw(probs: Tensor, row: SampleSpec) -> int:
     # argmax(p / E) with E ~ Exp(1) draws index i with probability p_i (exponential race);
     # one generator call per row, no cumulative-sum search.
     seed = row.params.seed
