@@ -46,10 +46,10 @@ def human_bytes(size: float) -> str:
 
 def resolve_model_or_fail(model: str | None) -> Path:
     """The model file for --model, with a message that says what to do when it is missing."""
-    from met import models
-
     if model and _looks_like_path(model) and not Path(model).expanduser().exists():
         raise CliError(f"model file not found: {model}")
+    from met import models
+
     try:
         return models.resolve_model(model)
     except FileNotFoundError as exc:

@@ -49,7 +49,9 @@ def _safely(name: str, probe: Callable[[], Check]) -> Check:
     try:
         return probe()
     except Exception as exc:  # noqa: BLE001
-        return Check(name, False, f"check failed: {type(exc).__name__}: {exc}")
+        return Check(
+            name, False, f"check failed: {type(exc).__name__}: {exc}", "reinstall: pip install -e ."
+        )
 
 
 def _python() -> Check:

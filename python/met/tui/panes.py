@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widgets import DataTable, Input, RichLog, Sparkline, Static
@@ -26,6 +27,10 @@ def startup_text(status: dict[str, Any] | None, url: str, note: str = "") -> str
     """The start-up panel: loading progress until the server is ready, then what it serves."""
     if status is None:
         return f"[b]STARTING[/b]  waiting for the server at {url}…  {note}"
+    if status.get("load_error"):
+        return f"[b red]FAILED[/b red]  {escape(str(status['load_error']))}"
+    if status.get("draining"):
+        return "[b yellow]DRAINING[/b yellow]  finishing the requests in flight, then stopping"
     if not status.get("ready"):
         return "[b yellow]LOADING[/b yellow]  " + _loading_progress(status.get("loading"))
     info = status.get("info") or {}
@@ -40,11 +45,14 @@ def startup_text(status: dict[str, Any] | None, url: str, note: str = "") -> str
 
 
 def _loading_progress(loading: Any) -> str:
-    if not isinstance(loading, dict) or not loading.get("bytes_total"):
+    if not isinstance(loading, dict):
         return "loading…"
-    done, total = loading.get("bytes_done", 0), loading["bytes_total"]
+    stage = escape(str(loading.get("stage") or "loading"))
+    done, total = loading.get("bytes_done") or 0, loading.get("bytes_total") or 0
+    if not total:
+        return f"{stage}…"
     speed = loading.get("bytes_per_s")
-    text = f"{human_bytes(done)} / {human_bytes(total)} ({100 * done / total:.0f}%)"
+    text = f"{stage}  {human_bytes(done)} / {human_bytes(total)} ({100 * done / total:.0f}%)"
     return text + (f"  {human_bytes(speed)}/s" if speed else "")
 
 
@@ -159,7 +167,5 @@ class ChatPane(Vertical):
 
 
 def _message_markup(role: str, text: str) -> str:
-    from rich.markup import escape
-
     colour = "cyan" if role == "user" else "green" if role == "assistant" else "red"
     return f"[b {colour}]{role}[/b {colour}] {escape(text)}"
