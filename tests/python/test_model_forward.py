@@ -52,7 +52,7 @@ def test_hf_loader_roundtrip(tmp_path):
 
 def test_prefill_matches_reference(tiny):
     config, weights = tiny
-    runner = PagedRunner(LlamaModel(config, weights))
+    runner = PagedRunner(LlamaModel(config, dict(weights)))
     prompt = _prompt(23, seed=1)
     (logits,) = runner.step([("a", prompt)])
     _check(logits, config, weights, prompt)
@@ -61,7 +61,7 @@ def test_prefill_matches_reference(tiny):
 @pytest.mark.parametrize("chunk", [1, 3, 4, 7, 16])
 def test_chunked_prefill_then_decode(tiny, chunk):
     config, weights = tiny
-    runner = PagedRunner(LlamaModel(config, weights), seed=chunk)
+    runner = PagedRunner(LlamaModel(config, dict(weights)), seed=chunk)
     prompt = _prompt(30, seed=2)
     for start in range(0, len(prompt), chunk):
         (logits,) = runner.step([("a", prompt[start : start + chunk])])
@@ -77,7 +77,7 @@ def test_chunked_prefill_then_decode(tiny, chunk):
 def test_mixed_batches(tiny, order):
     """Decode rows, a continuing prefill chunk and a first chunk share each forward."""
     config, weights = tiny
-    runner = PagedRunner(LlamaModel(config, weights), num_blocks=96, seed=sum(order))
+    runner = PagedRunner(LlamaModel(config, dict(weights)), num_blocks=96, seed=sum(order))
     seqs = {name: _prompt(n, seed=10 + i) for i, (name, n) in enumerate([("a", 9), ("b", 19)])}
     seqs["c"] = _prompt(14, seed=12)
     seqs["d"] = _prompt(5, seed=13)
@@ -103,7 +103,7 @@ def test_mixed_batches(tiny, order):
 
 def test_logits_rows_select_positions(tiny):
     config, weights = tiny
-    model = LlamaModel(config, weights)
+    model = LlamaModel(config, dict(weights))
     cache = model.allocate_kv_cache(8, 4)
     prompt = _prompt(10, seed=5)
     table = [7, 2, 5]
@@ -116,7 +116,7 @@ def test_logits_rows_select_positions(tiny):
 
 def test_bf16_forward_close(tiny):
     config, weights = tiny
-    runner = PagedRunner(LlamaModel(config, weights, dtype=torch.bfloat16))
+    runner = PagedRunner(LlamaModel(config, dict(weights), dtype=torch.bfloat16))
     prompt = _prompt(12, seed=6)
     (logits,) = runner.step([("a", prompt[:8])])
     (logits,) = runner.step([("a", prompt[8:])])

@@ -82,7 +82,11 @@ class _AttnPlan:
 
 
 class LlamaModel:
-    """Weights fused for few, large matmuls; call forward once per scheduler step."""
+    """Weights fused for few, large matmuls; call forward once per scheduler step.
+
+    Takes ownership of `weights` (canonical names, see model/config.py): each tensor is popped as
+    it is moved and fused, so loading never holds two full copies. Pass a copy to keep the dict.
+    """
 
     def __init__(
         self,
@@ -98,10 +102,10 @@ class LlamaModel:
         self.groups = config.n_heads // config.n_kv_heads
 
         def take(name: str) -> Tensor:
-            return weights[name].to(device=self.device, dtype=dtype)
+            return weights.pop(name).to(device=self.device, dtype=dtype)
 
         self.embed = take("embed")
-        self.lm_head = self.embed if config.tie_embeddings else take("lm_head")
+        self.lm_head = take("lm_head") if "lm_head" in weights else self.embed
         self.norm = take("norm")
         self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
         self._rope_tables(max_positions or config.context_length)
