@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,19 +44,13 @@ def human_bytes(size: float) -> str:
 
 
 def resolve_model_or_fail(model: str | None) -> Path:
-    """The model file for --model, with a message that says what to do when it is missing."""
-    if model and _looks_like_path(model) and not Path(model).expanduser().exists():
-        raise CliError(f"model file not found: {model}")
+    """The model file for --model (the default is pulled if missing), or a CliError saying why."""
     from met import models
 
     try:
         return models.resolve_model(model)
-    except FileNotFoundError as exc:
-        raise CliError(f"model not found: {exc} (run `met pull` for the default model)") from exc
-
-
-def _looks_like_path(model: str) -> bool:
-    return os.sep in model or model.endswith((".gguf", ".safetensors")) or model.startswith(".")
+    except OSError as exc:  # a missing file, or a failed pull of the default model
+        raise CliError(str(exc)) from exc
 
 
 def stdout_is_terminal() -> bool:

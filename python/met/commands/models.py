@@ -11,7 +11,8 @@ from met.commands.common import CliError, SubParsers, add_command, human_bytes
 
 def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
     pull = add_command(subparsers, common, "pull", "download a model into the local cache")
-    pull.add_argument("name", nargs="?", help="model name (default: the default model)")
+    pull.add_argument("name", nargs="?", help="model name (default: smollm2, the default model)")
+    pull.add_argument("--force", action="store_true", help="download even if already present")
     pull.set_defaults(func=_pull)
     listing = add_command(subparsers, common, "models", "list the models cached locally")
     listing.set_defaults(func=_list)
@@ -42,15 +43,17 @@ class _Progress:
 def _pull(args: argparse.Namespace) -> int:
     from met import models
 
-    progress = _Progress()
-    try:
-        if args.name is None:
-            path = models.pull_default_model(progress=progress)
-        else:
-            path = models.resolve_model(args.name)
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        raise CliError(f"cannot pull {args.name or 'the default model'}: {exc}") from exc
-    print(file=sys.stderr)
+    if args.name is not None and args.name.lower() not in models.DEFAULT_MODEL_NAMES:
+        raise CliError(f"unknown model {args.name!r}; `met pull` fetches the default, smollm2")
+    path = models.default_model_path()
+    if path.is_file() and not args.force:
+        print(f"already present (--force downloads it again): {path}", file=sys.stderr)
+    else:
+        try:
+            path = models.pull_default_model(progress=_Progress())
+        except OSError as exc:
+            raise CliError(f"cannot pull the default model: {exc}") from exc
+        print(file=sys.stderr)
     print(path)
     return 0
 
