@@ -154,3 +154,14 @@ class PagedRunner:
             torch.arange(len(ids)),
         )
         return [logits[cu[b] : cu[b + 1]] for b in range(len(rows))]
+
+
+def real_model_path() -> Path | None:
+    """The default model file when present ($MET_TEST_MODEL first); the slow tests skip without."""
+    import os
+
+    from met.models import default_model_path
+
+    override = os.environ.get("MET_TEST_MODEL")
+    path = Path(override) if override else default_model_path()
+    return path if path.is_file() else None
