@@ -97,12 +97,13 @@ class Generation:
             raise from_value_error(e) from None
         except QueueFullError as e:
             self.close("rejected")
+            self.state.require_ready()  # refused because a drain began meanwhile: say so
             raise APIError(
                 503, f"Server overloaded: {e}", code="queue_full", headers={"Retry-After": "1"}
             ) from None
         except EngineDeadError as e:
             self.close("error")
-            raise APIError(500, f"The engine stopped: {e}", code="engine_dead") from None
+            raise self.state.engine_died(e) from None
         self.state.tracker.start(self.record)
         self.state.metrics.prompt_tokens.inc(len(self.prompt_ids))
 
@@ -118,9 +119,7 @@ class Generation:
                     try:
                         delta = future.result()
                     except EngineDeadError as e:
-                        raise APIError(
-                            500, f"The engine stopped: {e}", code="engine_dead"
-                        ) from None
+                        raise self.state.engine_died(e) from None
                     last_at[index] = self._measure(index, delta, last_at[index])
                     if not delta.finished:
                         pending[asyncio.ensure_future(anext(self.streams[index]))] = index

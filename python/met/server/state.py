@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -9,6 +10,8 @@ from met.server.errors import APIError
 from met.server.metrics import ServerMetrics, hit_rate
 from met.server.settings import ServerSettings
 from met.server.tracking import RecentLogs, RequestTracker
+
+log = logging.getLogger("met.server")
 
 
 class LoadProgress:
@@ -53,10 +56,11 @@ class ServerState:
         self.started_at = time.monotonic()
         self.draining = False
         self.load_error: str | None = None
+        self.engine_dead = False
 
     @property
     def ready(self) -> bool:
-        return bool(self.engine.ready) and self.load_error is None
+        return bool(self.engine.ready) and self.load_error is None and not self.engine_dead
 
     @property
     def served_model_name(self) -> str:
@@ -66,6 +70,10 @@ class ServerState:
         """The engine, or a 503 while the model loads or the server drains."""
         if self.draining:
             raise APIError(503, "The server is shutting down", code="shutting_down")
+        if self.engine_dead:
+            raise APIError(
+                503, "The engine stopped; the server must be restarted", code="engine_dead"
+            )
         if self.load_error is not None:
             raise APIError(503, f"The model failed to load: {self.load_error}", code="load_failed")
         if not self.engine.ready:
@@ -76,6 +84,13 @@ class ServerState:
                 headers={"Retry-After": "5"},
             )
         return self.engine
+
+    def engine_died(self, error: Exception) -> APIError:
+        """Note that the engine thread failed (its traceback is in the log); the client's 500."""
+        if not self.engine_dead:
+            log.error("the engine stopped: %s", error)
+        self.engine_dead = True
+        return APIError(500, "The engine stopped; see the server log", code="engine_dead")
 
     def check_model(self, requested: str | None) -> str:
         """The name to answer with; a name this server does not serve is a 404."""
@@ -104,6 +119,7 @@ class ServerState:
             "draining": self.draining,
             "loading": None if ready else self.progress.view(),
             "load_error": self.load_error,
+            "engine_dead": self.engine_dead,
             "info": self.engine.info if ready else {},
             "address": self.address(),
             "uptime_s": round(time.monotonic() - self.started_at, 3),
