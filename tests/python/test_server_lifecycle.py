@@ -1,0 +1,81 @@
+"""Overload gets 503 + Retry-After, timeouts cut requests short, SIGTERM drains and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from server_harness import ServerProcess, start_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def small_server():
+    proc = start_server("--max-num-seqs", "1", "--max-queue", "2", "--request-timeout", "5")
+    yield proc
+    assert proc.stop() == 0
+
+
+def test_overload_gives_503_with_retry_after(small_server: ServerProcess) -> None:
+    async def main() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=small_server.url, timeout=120) as http:
+            body = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+            return await asyncio.gather(
+                *[http.post("/v1/completions", json=body) for _ in range(10)]
+            )
+
+    responses = asyncio.run(main())
+    ok = [r for r in responses if r.status_code == 200]
+    refused = [r for r in responses if r.status_code == 503]
+    assert len(ok) + len(refused) == 10 and len(ok) >= 3 and refused
+    for response in refused:
+        assert int(response.headers["retry-after"]) >= 1
+        assert response.json()["error"]["code"] == "queue_full"
+    assert all(r.json()["choices"][0]["text"] == ok[0].json()["choices"][0]["text"] for r in ok)
+
+
+def test_request_timeout_ends_with_length(small_server: ServerProcess) -> None:
+    body = {"prompt": "Count:", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
+    started = time.monotonic()
+    response = httpx.post(small_server.url + "/v1/completions", json=body, timeout=120)
+    assert response.status_code == 200
+    out = response.json()
+    assert out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"]["completion_tokens"] < 3000 and time.monotonic() - started < 30
+
+
+def test_sigterm_drains_in_flight_requests_then_exits_zero() -> None:
+    server = start_server("--shutdown-grace", "30")
+    first_chunk = threading.Event()
+    lines: list[str] = []
+
+    def stream() -> None:
+        body = {"prompt": "Tell me a story.", "max_tokens": 48, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    first_chunk.set()
+
+    try:
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert first_chunk.wait(60)
+        server.signal()
+        time.sleep(0.3)
+        refused = httpx.post(server.url + "/v1/completions", json={"prompt": "x"}, timeout=10)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "shutting_down"
+        assert httpx.get(server.url + "/health").status_code == 503
+        reader.join(120)
+        assert lines[-1] == "data: [DONE]"
+        last = json.loads(lines[-2][len("data: ") :])
+        assert last["choices"][0]["finish_reason"] == "length"
+        assert server.proc.wait(60) == 0
+    finally:
+        server.stop()
