@@ -13,12 +13,13 @@ def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
         common,
         "trace",
         "replay a scenario (FILE or a built-in such as batched_mixed) step by step",
-        passthrough=True,
+        epilog="A malformed scenario exits 2 with one line naming the bad key.",
     )
+    parser.add_argument("scenario", help="a scenario .toml file, or batched_mixed")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from met.trace import trace_main
 
-    return trace_main(list(args.extra))
+    return trace_main([args.scenario])
