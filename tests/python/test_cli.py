@@ -83,6 +83,12 @@ def test_unreachable_url_exits_1(command: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_trace_hands_the_scenario_to_the_tracer() -> None:
+    result = run_met("trace", "batched_mixed")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("# scenario batched_mixed")
+
+
 def test_doctor_reports_each_check_as_ok_or_problem() -> None:
     result = run_met("doctor")
     lines = result.stdout.strip().splitlines()

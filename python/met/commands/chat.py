@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from met.commands.common import SubParsers, add_command
-from met.commands.run import add_model_arguments, collect, load_llm, sampling_params
+from met.commands.run import Sample, add_model_arguments, collect, load_llm, sampling_params
 
 HELP = "commands: /reset clears the conversation, /exit (or Ctrl+D) leaves"
 
@@ -51,17 +52,18 @@ def _run(args: argparse.Namespace) -> int:
         history.append({"role": "assistant", "content": reply})
 
 
-def _answer(llm: object, history: list[dict[str, str]], params: object) -> str:
-    deltas = llm.stream(messages=history, sampling_params=params)  # type: ignore[attr-defined]
+def _answer(llm: Any, history: list[dict[str, str]], params: Any) -> str:
+    deltas = llm.stream(messages=history, sampling_params=params)
+    sample = Sample()
     try:
-        text = collect(deltas, echo=True).text
+        collect(deltas, echo=True, sample=sample)
     except KeyboardInterrupt:
-        # Ctrl+C stops this answer, not the session; closing the stream aborts the request.
+        # Ctrl+C stops this answer, not the session; closing the stream aborts the request, and
+        # the history keeps what was said so far.
         deltas.close()
-        text = ""
         print(" (stopped)", end="")
     print()
-    return text
+    return sample.text
 
 
 def _fresh_history(system: str | None) -> list[dict[str, str]]:

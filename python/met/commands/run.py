@@ -99,8 +99,9 @@ def stream_sample(llm: Any, params: Any, prompt: str, raw: bool, echo: bool) -> 
     return collect(deltas, echo)
 
 
-def collect(deltas: Any, echo: bool) -> Sample:
-    sample = Sample()
+def collect(deltas: Any, echo: bool, sample: Sample | None = None) -> Sample:
+    """Fold a stream of deltas into `sample` (which keeps the text so far if interrupted)."""
+    sample = sample if sample is not None else Sample()
     for delta in deltas:
         sample.text += delta.text
         sample.token_ids.extend(delta.token_ids)
