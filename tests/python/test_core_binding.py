@@ -1,0 +1,149 @@
+"""A Python subclass of _core.Backend drives the C++ Scheduler end to end, preemption included."""
+
+from __future__ import annotations
+
+import pytest
+
+from met import _core
+
+
+class ToyBackend(_core.Backend):
+    """Answers every forward row with `last input token + 1` (capped at the stop token 63)."""
+
+    def __init__(self, fail_decode_at: set[int]):
+        super().__init__()
+        self.free_slots: list[int] = []
+        self.next_slot = 0
+        self.rows: list[int] = []
+        self.decode_calls = 0
+        self.fail_decode_at = fail_decode_at
+        self.preempted = 0
+        self.commits: list[tuple[int, int]] = []
+
+    def vocab_size(self):
+        return 64
+
+    def block_size(self):
+        return 16
+
+    def num_total_blocks(self):
+        return 1000
+
+    def num_free_blocks(self):
+        return 1000
+
+    def create_stream(self):
+        return 1
+
+    def create_event(self):
+        return 2
+
+    def _take_slot(self, seq):
+        if self.free_slots:
+            seq.slot = self.free_slots.pop(self.free_slots.index(min(self.free_slots)))
+        else:
+            seq.slot = self.next_slot
+            self.next_slot += 1
+
+    def alloc_sequence(self, seq):
+        self._take_slot(seq)
+
+    def alloc_sequence_for(self, seq, budget):
+        self._take_slot(seq)
+
+    def free_sequence(self, seq):
+        self.free_slots.append(seq.slot)
+        seq.block_table = []
+
+    def compact_sequence(self, seq, new_slot):
+        self.free_slots.remove(new_slot)
+        self.free_slots.append(seq.slot)
+        seq.slot = new_slot
+
+    def _advance(self, seq, tokens):
+        seq.tokens = seq.tokens + list(tokens)
+        seq.seq_len = len(seq.tokens)
+        seq.block_table = list(range(seq.seq_len // 16 + 1))
+        return min(seq.tokens[-1] + 1, 63)
+
+    def prefill(self, seq, prompt, stream):
+        self.rows = [self._advance(seq, prompt[seq.seq_len :])]
+
+    def prefill_chunk(self, seq, prompt, start, length, last, stream):
+        self.rows = [self._advance(seq, prompt[start : start + length])]
+
+    def mixed_forward(self, decode_seqs, decode_tokens, prefill_slice, stream):
+        self.mixed_forward_batch(decode_seqs, decode_tokens, [prefill_slice], stream)
+
+    def mixed_forward_batch(self, decode_seqs, decode_tokens, slices, stream):
+        rows = [self._advance(s, [t]) for s, t in zip(decode_seqs, decode_tokens, strict=True)]
+        for sl in slices:
+            rows.append(self._advance(sl.seq, sl.prompt[sl.start : sl.start + sl.len]))
+        self.rows = rows
+
+    def prefill_batch_chunk(self, slices, stream):
+        self.mixed_forward_batch([], [], slices, stream)
+
+    def decode_batch(self, tokens, seqs, stream):
+        index = self.decode_calls
+        self.decode_calls += 1
+        if index in self.fail_decode_at:
+            self.preempted += 1
+            raise _core.KvExhausted()
+        self.rows = [self._advance(s, [t]) for s, t in zip(seqs, tokens, strict=True)]
+
+    def commit_ctx(self, seq, n, base, row):
+        self.commits.append((base, seq.seq_len))
+
+    def argmax_on_device(self, row, stream):
+        return self.rows[row]
+
+    def argmax_batch(self, row, n, stream):
+        return self.rows[row : row + n]
+
+    def copy_logits_to_host(self, row, n):
+        assert row + n <= len(self.rows)
+
+    def sample_rows(self, rows):
+        return [_core.SampledToken(self.rows[r.row]) for r in rows]
+
+
+def run(backend: ToyBackend, prefill_tokens: int) -> dict[int, list]:
+    config = _core.SchedulerConfig(max_prefill_tokens=prefill_tokens)
+    sched = _core.Scheduler(backend, config)
+    sched.add_request(_core.Request(1, [1, 3, 58, 59, 60]))
+    params = _core.SamplingParams()
+    params.max_tokens = 5
+    sched.add_request(_core.Request(2, [2, 3, 4, 5, 6, 7, 50], params))
+    events: dict[int, list] = {1: [], 2: []}
+    now = 0.0
+    while True:
+        now += 1.0
+        if not sched.has_work():
+            sched.close_inbox()
+        result = sched.tick(now)
+        for e in sched.take_events():
+            events[e.request_id].append(e)
+        if result.shutdown:
+            return events
+        assert now < 100
+
+
+@pytest.mark.parametrize("prefill_tokens", [0, 4])
+def test_python_backend_drives_the_scheduler_with_a_preemption(prefill_tokens):
+    backend = ToyBackend(fail_decode_at={1})
+    events = run(backend, prefill_tokens)
+    assert backend.preempted == 1
+    tokens = {
+        rid: [e.token.token for e in evs if e.kind == _core.ClientEvent.Kind.Token]
+        for rid, evs in events.items()
+    }
+    assert tokens[1] == [61, 62]
+    assert tokens[2] == [51, 52, 53, 54, 55]
+    done = {rid: evs[-1] for rid, evs in events.items()}
+    assert (done[1].finish_reason, done[1].n, done[1].output) == ("stop", 3, [61, 62, 63])
+    assert (done[2].finish_reason, done[2].n, done[2].guard) == ("length", 5, None)
+    # commit_ctx's base is the seq_len C++ reads after the Python decode_batch wrote it: had the
+    # trampoline passed copies, C++ would still see 0 and send base -1.
+    assert backend.commits and all(base == seq_len - 1 for base, seq_len in backend.commits)
+    assert min(base for base, _ in backend.commits) >= 5
