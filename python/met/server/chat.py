@@ -73,7 +73,7 @@ def encode_messages(engine: Any, messages: list[ChatMessage]) -> list[int]:
         plain.append({"role": role, "content": content or ""})
     try:
         return engine.tokenizer.encode_chat(plain)
-    except Exception as e:  # the template's own checks (role order, ...) judge the client's input
+    except ValueError as e:  # the template's own checks (role order, ...) judge the client's input
         log.info("chat template rejected the messages: %s", e)
         raise invalid(f"messages: the chat template rejected them: {e}", "messages") from None
 
