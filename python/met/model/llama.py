@@ -67,7 +67,7 @@ class _PrefillRow:
     slots: (
         Tensor | None
     )  # cache slots of the whole context; None: no earlier context, use fresh K/V
-    mask: Tensor  # [groups * query_len, context] bool, True = may attend
+    mask: Tensor  # [groups * query_len, context] additive (0 or -inf)
 
 
 @dataclass
@@ -76,7 +76,7 @@ class _AttnPlan:
 
     decode_tokens: Tensor | None  # packed indices of single-token rows [D]; None when no such row
     decode_slots: Tensor | None  # [D, max_context] cache slots (padding clamped to a valid slot)
-    decode_mask: Tensor | None  # [D, 1, 1, max_context] bool
+    decode_mask: Tensor | None  # [D, 1, 1, max_context] additive (0 or -inf)
     prefill: list[_PrefillRow]
     all_decode: bool  # every row is a single token, in packed order: no scatter needed
 
@@ -224,12 +224,13 @@ class LlamaModel:
 
     def _row_attention(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
         # Query heads sharing a KV head become extra query rows of that head ([kv, groups * q]),
-        # so grouped-query attention runs without copying K/V once per query head.
+        # so grouped-query attention runs without copying K/V once per query head. Inputs stay
+        # 4-D: torch's CPU flash kernel takes only those (3-D falls back to the slow math path).
         c = self.config
         n_q = q.shape[0]
-        qg = q.permute(1, 0, 2).reshape(c.n_kv_heads, self.groups * n_q, c.head_dim)
+        qg = q.permute(1, 0, 2).reshape(1, c.n_kv_heads, self.groups * n_q, c.head_dim)
         out = F.scaled_dot_product_attention(
-            qg, keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask
+            qg, keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=mask
         )
         return out.view(c.n_heads, n_q, c.head_dim).transpose(0, 1).reshape(n_q, -1)
 
@@ -272,15 +273,21 @@ class LlamaModel:
         blocks = tables[single][:, key_pos // bs]
         slots = (blocks * bs + key_pos % bs).clamp_(min=0)
         lens = torch.tensor([ctx[b] for b in single], device=dev)
-        mask = (key_pos[None, :] < lens[:, None])[:, None, None, :]
+        mask = self._additive((key_pos[None, :] < lens[:, None])[:, None, None, :])
         tokens = torch.tensor([cu[b] for b in single], device=dev)
         return _AttnPlan(tokens, slots, mask, prefill, all_decode=len(single) == len(ctx))
+
+    def _additive(self, allowed: Tensor) -> Tensor:
+        """0 where attention is allowed, -inf elsewhere, in the model dtype: built once per
+        forward, where a bool mask would be converted again by every layer's SDPA call."""
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, float("-inf"))
 
     def _prefill_row(self, table: Tensor, ctx: int, start: int, end: int, bs: int) -> _PrefillRow:
         dev, n_q = self.device, end - start
         key_pos = torch.arange(ctx, device=dev)
         query_pos = torch.arange(ctx - n_q, ctx, device=dev)
-        mask = (key_pos[None, :] <= query_pos[:, None]).repeat(self.groups, 1)
+        mask = self._additive((key_pos[None, :] <= query_pos[:, None]).repeat(self.groups, 1))
         # A row that starts at position 0 has all its keys in this step's fresh K/V.
         slots = None if ctx == n_q else table[key_pos // bs] * bs + key_pos % bs
         return _PrefillRow(start, end, slots, mask)
