@@ -17,7 +17,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as HfTokenizer
 
 from met.hf_loader import hf_chat_template, read_json
@@ -239,6 +239,12 @@ class Tokenizer:
             token_id = field_value(reader, f"tokenizer.ggml.{key}")
             return None if token_id is None else tokens[token_id]
 
+        bos = field_value(reader, "tokenizer.ggml.bos_token_id")
+        if bos is not None and field_value(reader, "tokenizer.ggml.add_bos_token", False):
+            # encode(add_special=True) then prepends BOS, as llama.cpp does for such models.
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
+            )
         from met.gguf_loader import read_config
 
         return cls(

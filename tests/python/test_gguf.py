@@ -155,3 +155,40 @@ def test_corrupt_and_truncated_files(tmp_path):
         path.write_bytes(data[:keep])
         with pytest.raises(ModelLoadError, match=r"cut\.gguf"):
             load_gguf(path)
+
+
+def write_spm_gguf(path: Path) -> list[str]:
+    """A SentencePiece-style ("llama") vocabulary: scores rank merges, <0xXX> byte fallback."""
+    pieces = ["▁", "h", "e", "l", "o", "w", "r", "d", "he", "ll", "▁he", "▁hell", "▁hello", "▁w"]
+    tokens = ["<unk>", "<s>", "</s>", *pieces, "<0xC3>", "<0xA9>"]
+    types = [2, 3, 3] + [1] * len(pieces) + [6, 6]
+    scores = [0.0, 0.0, 0.0] + [-float(i) for i in range(len(pieces))] + [0.0, 0.0]
+    config = tiny_config(vocab=len(tokens))
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(config.n_layers)
+    w.add_embedding_length(config.hidden)
+    w.add_feed_forward_length(config.ffn)
+    w.add_head_count(config.n_heads)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_scores(scores)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tokens
+
+
+def test_sentencepiece_vocab(tmp_path):
+    path = tmp_path / "spm.gguf"
+    tokens = write_spm_gguf(path)
+    tok = Tokenizer.from_gguf(path)
+    ids = tok.encode("hello world")
+    assert [tokens[i] for i in ids] == ["▁hello", "▁w", "o", "r", "l", "d"]
+    assert tok.encode("hello", add_special=True)[0] == 1  # this vocab asks for BOS
+    assert tok.decode(tok.encode("hé")) == " hé"  # é through <0xC3><0xA9> byte fallback
+    assert tok.decode([1, *ids]) == " hello world"
