@@ -9,6 +9,7 @@ void bind_backend(py::module_& m);
 void bind_scheduler(py::module_& m);
 void bind_testing(py::module_& m);
 void bind_block_manager(py::module_& m);
+void bind_cuda(py::module_& m);
 }  // namespace met::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   met::bindings::bind_scheduler(m);
   met::bindings::bind_testing(m);
   met::bindings::bind_block_manager(m);
+  met::bindings::bind_cuda(m);
 }
