@@ -138,12 +138,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     }
     floor = lo;
   }
+  // The best token always survives truncation (top_p or min_p at their limits keep just it).
+  floor = min(floor, key_of(m));
   const float min_p = a.min_p[r];
   const uint64_t seed = a.seed[r], step = a.step[r];
   Best best{-INFINITY, INT32_MAX};
   for (int i = threadIdx.x; i < a.vocab; i += blockDim.x) {
     const float z = scaled(row, i, inv_t);
-    if (key_of(z) < floor || (min_p > 0.0f && expf(z - m) < min_p)) continue;
+    if (z == -INFINITY || key_of(z) < floor) continue;
+    if (z < m && min_p > 0.0f && expf(z - m) < min_p) continue;
     const float u = sample_uniform(seed, step, static_cast<uint32_t>(i));
     const Best here{(z - m) - logf(-logf(u)), i};
     if (better(here, best)) best = here;

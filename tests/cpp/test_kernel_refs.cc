@@ -298,6 +298,9 @@ TEST(KernelRefs, SampleNeverDrawsNanOrMaskedTokens) {
   for (int step = 0; step < 200; ++step) {
     const int t = ref::sample(logits.data(), 4, {1.0f, 0, 1.0f, 0.0f, 3, uint64_t(step)});
     EXPECT_TRUE(t == 1 || t == 3) << t;
+    // top_p or min_p at their limits still leave the best token.
+    EXPECT_EQ(ref::sample(logits.data(), 4, {1.0f, 0, 0.0f, 0.0f, 3, uint64_t(step)}), 1);
+    EXPECT_EQ(ref::sample(logits.data(), 4, {1.0f, 0, 1.0f, 1.0f, 3, uint64_t(step)}), 1);
   }
 }
 

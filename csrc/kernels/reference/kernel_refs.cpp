@@ -178,11 +178,16 @@ int32_t sample(const float* logits, int32_t vocab, const SampleParams& p) {
     }
     keep = j;
   }
+  // The best token always survives truncation (top_p or min_p at their limits keep just it).
+  if (keep == 0) {
+    for (keep = 1; keep < order.size() && z[order[keep]] == z[order[0]];) ++keep;
+  }
   int32_t best = -1;
   float best_score = -std::numeric_limits<float>::infinity();
   for (size_t j = 0; j < keep; ++j) {
     const int32_t i = order[j];
-    if (p.min_p > 0.0f && std::exp(z[i] - top) < p.min_p) continue;
+    if (z[i] == -std::numeric_limits<float>::infinity()) continue;
+    if (z[i] < top && p.min_p > 0.0f && std::exp(z[i] - top) < p.min_p) continue;
     const float u = sample_uniform(p.seed, p.step, static_cast<uint32_t>(i));
     const float score = (z[i] - top) - std::log(-std::log(u));
     if (best < 0 || score > best_score || (score == best_score && i < best)) {
