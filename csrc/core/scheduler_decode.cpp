@@ -75,7 +75,7 @@ std::vector<Live*> Scheduler::decode_rows() {
 Readback Scheduler::readback_plan(const std::vector<Live*>& rows) const {
   for (const Live* row : rows) {
     const SamplingParams& p = row->req.params;
-    if (!p.greedy() || p.wants_logprobs() || floor_active(*row)) return Readback::HostLogits;
+    if (!p.plain_argmax() || p.wants_logprobs() || floor_active(*row)) return Readback::HostLogits;
   }
   return Readback::Argmax;
 }

@@ -190,8 +190,8 @@ void Scheduler::sync_prefill_stream() {
 // whole-prompt prefill never ends a request on its first token.
 SampledToken Scheduler::first_token(Live& live, int32_t row) {
   const bool chunked = cfg_.max_prefill_tokens > 0;
-  const bool host = !chunked || !live.req.params.greedy() || live.req.params.wants_logprobs() ||
-                    floor_active(live);
+  const bool host = !chunked || !live.req.params.plain_argmax() ||
+                    live.req.params.wants_logprobs() || floor_active(live);
   if (!host) {
     SampledToken t;
     t.token = backend_.argmax_on_device(row, kDecodeStream);

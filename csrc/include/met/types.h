@@ -46,17 +46,22 @@ struct SamplingParams {
   bool ignore_eos = false;
 
   bool greedy() const { return temperature <= 0.0f; }
+  // A device argmax picks the same token only when nothing reshapes the logits first.
+  bool plain_argmax() const {
+    return greedy() && logit_bias.empty() && repetition_penalty == 1.0f &&
+           presence_penalty == 0.0f && frequency_penalty == 0.0f;
+  }
   bool wants_logprobs() const { return top_logprobs >= 0; }
 };
 
 // One row for host sampling (readback HostLogits, or a non-greedy first token).
 struct SampleRow {
   uint64_t request_id = 0;
-  int32_t row = 0;              // logits row of the last forward
-  Sequence* seq = nullptr;      // token history for penalties; seq->tokens excludes the row's pick
-  SamplingParams params;        // the request's own
-  int32_t n_generated = 0;      // output tokens so far (seeds the per-step generator)
-  bool mask_stop = false;       // min_tokens floor active: every stop token gets -inf first
+  int32_t row = 0;          // logits row of the last forward
+  Sequence* seq = nullptr;  // token history for penalties; seq->tokens excludes the row's pick
+  SamplingParams params;    // the request's own
+  int32_t n_generated = 0;  // output tokens so far (seeds the per-step generator)
+  bool mask_stop = false;   // min_tokens floor active: every stop token gets -inf first
   std::vector<int32_t> stop_tokens;  // eos tokens plus params.stop_token_ids
 };
 

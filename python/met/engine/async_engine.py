@@ -7,6 +7,7 @@ command queue and read a stats snapshot it republishes after every tick.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -208,7 +209,5 @@ class AsyncEngine:
 
 def _post(subscriber: _Subscriber, item) -> None:
     """Hands an item to the caller's event loop; a loop that has closed has no reader left."""
-    try:
+    with contextlib.suppress(RuntimeError):
         subscriber.loop.call_soon_threadsafe(subscriber.queue.put_nowait, item)
-    except RuntimeError:
-        pass

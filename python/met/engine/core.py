@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from met import _core
 from met.config import EngineConfig
 from met.engine.output import RequestOutputState
@@ -43,9 +45,9 @@ class EngineCore:
             self.model_config.context_length,
         )
         num_blocks = self._num_kv_blocks()
-        self.model.allocate_kv_cache(num_blocks, config.block_size)
+        kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size)
         self.blocks = _core.BlockManager(num_blocks, config.block_size, config.enable_prefix_cache)
-        self.backend = TorchBackend(self.model, self.blocks, config.max_num_seqs)
+        self.backend = TorchBackend(self.model, kv_cache, self.blocks, config.max_num_seqs)
         self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
@@ -55,7 +57,10 @@ class EngineCore:
     def _num_kv_blocks(self) -> int:
         if self.config.kv_cache_blocks:
             return self.config.kv_cache_blocks
-        per_block = self.model.kv_bytes_per_token() * self.config.block_size
+        mc = self.model_config
+        element = torch.empty((), dtype=self.model.dtype).element_size()
+        per_token = 2 * mc.n_layers * mc.n_kv_heads * mc.head_dim * element
+        per_block = per_token * self.config.block_size
         one_context = math.ceil(self.max_model_len / self.config.block_size) + 1
         wanted = one_context * self.config.max_num_seqs
         return max(one_context, min(wanted, _KV_BUDGET_BYTES // per_block))
@@ -71,15 +76,19 @@ class EngineCore:
 
     @property
     def model_name(self) -> str:
-        return self.model_path.stem.split(".")[0] if self.model_path.is_file() else self.model_path.name
+        return (
+            self.model_path.stem.split(".")[0]
+            if self.model_path.is_file()
+            else self.model_path.name
+        )
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Validates a request; returns the max_tokens it will run with (clamped to the context)."""
-        params.validate(self.model_config.vocab_size)
+        params.validate(self.model_config.vocab)
         n_prompt = len(prompt_token_ids)
         if n_prompt == 0:
             raise ValueError("prompt: must not be empty")
-        if any(not 0 <= t < self.model_config.vocab_size for t in prompt_token_ids):
+        if any(not 0 <= t < self.model_config.vocab for t in prompt_token_ids):
             raise ValueError("prompt: token ids must be inside the vocabulary")
         room = self.max_model_len - n_prompt
         if room <= 0:
@@ -98,13 +107,10 @@ class EngineCore:
     ) -> None:
         max_tokens = self.check_request(prompt_token_ids, params)
         rid = next(self._ids)
-        request = _core.Request()
-        request.id = rid
-        request.prompt = list(prompt_token_ids)
-        request.params = _core_params(params, max_tokens)
-        if timeout_s is not None:
-            request.has_deadline = True
-            request.deadline = time.monotonic() + timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        request = _core.Request(
+            rid, list(prompt_token_ids), _core_params(params, max_tokens), deadline=deadline
+        )
         state = RequestOutputState(name, len(prompt_token_ids), params, self.tokenizer)
         self._live[rid] = _Live(state, time.monotonic())
         self._by_name[name] = rid

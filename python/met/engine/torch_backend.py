@@ -27,9 +27,10 @@ class _Row:
 
 
 class TorchBackend(_core.Backend):
-    def __init__(self, model, block_manager: _core.BlockManager, max_slots: int) -> None:
+    def __init__(self, model, kv_cache, block_manager: _core.BlockManager, max_slots: int) -> None:
         _core.Backend.__init__(self)
         self.model = model
+        self.kv_cache = kv_cache
         self.blocks = block_manager
         self._free_slots = list(range(max_slots - 1, -1, -1))  # sorted descending; pop = lowest
         self._logits: torch.Tensor | None = None
@@ -37,7 +38,7 @@ class TorchBackend(_core.Backend):
 
     # --- silent queries ---
     def vocab_size(self) -> int:
-        return self.model.config.vocab_size
+        return self.model.config.vocab
 
     def block_size(self) -> int:
         return self.blocks.block_size()
@@ -117,7 +118,7 @@ class TorchBackend(_core.Backend):
 
     def _forward(self, rows: list[_Row]) -> None:
         tables = [self._reserve(row) for row in rows]
-        self._logits = self.model.forward(**self._pack(rows, tables))
+        self._logits = self.model.forward(self.kv_cache, **self._pack(rows, tables))
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 
@@ -183,12 +184,8 @@ class TorchBackend(_core.Backend):
     def sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         index = torch.tensor([r.row for r in rows], device=self._logits.device)
         specs = [_sample_spec(r, self._history.get(r.seq.session_hash, [])) for r in rows]
-        results = []
-        for picked in sample(self._logits.index_select(0, index), specs):
-            out = _core.SampledToken()
-            out.token, out.logprob, out.top = picked.token, picked.logprob, picked.top
-            results.append(out)
-        return results
+        picks = sample(self._logits.index_select(0, index), specs)
+        return [_core.SampledToken(p.token, p.logprob, p.top) for p in picks]
 
 
 def _slice_row(piece: _core.PrefillSlice) -> _Row:
