@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,12 @@ def met_env(**extra: str) -> dict[str, str]:
     """The environment for a `met` subprocess: this checkout's package first, no dashboard."""
     path = os.pathsep.join(filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, PYTHONPATH=path, MET_NO_TUI="1", **extra)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_met(

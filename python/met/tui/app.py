@@ -38,10 +38,15 @@ class Dashboard(App[None]):
     ]
 
     def __init__(
-        self, url: str, server: ServerProcess | None = None, poll_interval: float = 1.0
+        self,
+        url: str,
+        server: ServerProcess | None = None,
+        poll_interval: float = 1.0,
+        chat_max_tokens: int = 512,
     ) -> None:
         super().__init__()
         self.url = url
+        self.chat_max_tokens = chat_max_tokens
         self.server = server
         self.poll_interval = poll_interval
         self.client = StatusClient(url)
@@ -187,7 +192,7 @@ class Dashboard(App[None]):
         reply = ""
         try:
             model = (self.status or {}).get("model") or "default"
-            async for piece in self.client.chat(model, self.chat_history):
+            async for piece in self.client.chat(model, self.chat_history, self.chat_max_tokens):
                 reply += piece
                 pane.update_message(message, "assistant", reply)
         except (ServerUnreachableError, httpx.HTTPError, ValueError) as exc:

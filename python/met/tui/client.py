@@ -34,9 +34,11 @@ class StatusClient:
         values = parse_prometheus(metrics.text) if metrics.status_code == 200 else {}
         return Reading(time=time.monotonic(), status=status.json(), metrics=values)
 
-    async def chat(self, model: str, messages: list[dict[str, str]]) -> AsyncIterator[str]:
+    async def chat(
+        self, model: str, messages: list[dict[str, str]], max_tokens: int
+    ) -> AsyncIterator[str]:
         """Stream the assistant's reply text piece by piece."""
-        body = {"model": model, "messages": messages, "stream": True, "max_tokens": 512}
+        body = {"model": model, "messages": messages, "stream": True, "max_tokens": max_tokens}
         async with self.http.stream(
             "POST", "/v1/chat/completions", json=body, timeout=None
         ) as response:

@@ -97,7 +97,7 @@ class RequestsPane(Vertical):
     COLUMNS = ("id", "state", "prompt tokens", "generated", "tokens/s", "age, s")
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="requests", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="requests-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*self.COLUMNS)

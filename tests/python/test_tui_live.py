@@ -1,0 +1,98 @@
+"""The dashboard attached to a live `met serve` under load (slow: loads the default model)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from met_cli_support import free_port, live_server
+from textual.widgets import DataTable, RichLog, Static, TabbedContent
+
+from met.tui import Dashboard
+from met.tui.screens import ConfirmQuit, HelpScreen
+
+pytestmark = pytest.mark.slow
+
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshots" / "dashboard.svg"
+
+
+@pytest.fixture(scope="module")
+def server_url(default_model_path: Path):
+    with live_server(default_model_path, free_port()) as url:
+        yield url
+
+
+async def _load(url: str, count: int, max_tokens: int) -> None:
+    """A few concurrent streaming chats, read to the end."""
+
+    async def one(index: int) -> None:
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"Count from {index} upwards."}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+        }
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            async for _ in response.aiter_lines():
+                pass
+
+    async with httpx.AsyncClient(timeout=300) as client:
+        model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
+        await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def test_dashboard_follows_a_live_server(server_url: str) -> None:
+    async def drive() -> None:
+        app = Dashboard(server_url, poll_interval=0.5, chat_max_tokens=8)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(1.0)
+            assert "READY" in str(app.query_one("#startup", Static).render())
+            generated_before = app.figures.generated_total
+            load = asyncio.create_task(_load(server_url, count=3, max_tokens=24))
+            busiest, fastest, rows = 0, 0.0, 0
+            while not load.done():
+                await pilot.pause(0.5)
+                busiest = max(busiest, app.in_flight())
+                fastest = max(fastest, app.figures.tokens_per_s)
+                rows = max(rows, app.query_one("#requests-table", DataTable).row_count)
+                if app.in_flight() and app.figures.tokens_per_s:
+                    # The last busy moment shows the most chart history.
+                    app.save_screenshot(SNAPSHOT.name, str(SNAPSHOT.parent))
+            await load
+            await pilot.pause(1.5)
+            assert busiest > 0 and fastest > 0 and rows > 0
+            assert app.figures.generated_total - generated_before >= 3
+            assert max(app.history.ttft_ms) > 0
+            assert max(app.history.tokens_per_s) > 0
+
+            await pilot.press("2")
+            assert app.query_one(TabbedContent).active == "requests"
+            await pilot.press("3")
+            assert app.query_one("#log", RichLog).lines  # the server's recent_logs
+            await pilot.press("tab")
+            assert app.query_one(TabbedContent).active == "chat"
+            await pilot.press(*"Say hi", "enter")
+            await pilot.pause(0.2)
+            for _ in range(120):
+                if len(app.chat_history) == 2:
+                    break
+                await pilot.pause(0.5)
+            assert app.chat_history[-1]["role"] == "assistant"
+            await pilot.press("escape", "question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape", "1")
+            # Polling stopped, a request "in flight" stays in flight: quitting must ask first.
+            app.workers.cancel_group(app, "poll")
+            app.figures.running = 1
+            await pilot.press("q")
+            assert isinstance(app.screen, ConfirmQuit)
+            await pilot.press("y")
+        assert app.return_code == 0
+
+    SNAPSHOT.unlink(missing_ok=True)
+    asyncio.run(drive())
+    assert SNAPSHOT.read_text().startswith("<svg")
