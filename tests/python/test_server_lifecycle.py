@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def small_server():
-    proc = start_server("--max-num-seqs", "1", "--max-queue", "2", "--request-timeout", "5")
+    proc = start_server("--max-num-seqs", "1", "--max-queue", "2")
     yield proc
     assert proc.stop() == 0
 
@@ -36,21 +36,22 @@ def test_overload_gives_503_with_retry_after(small_server: ServerProcess) -> Non
     for response in refused:
         assert int(response.headers["retry-after"]) >= 1
         assert response.json()["error"]["code"] == "queue_full"
-    assert all(r.json()["choices"][0]["text"] == ok[0].json()["choices"][0]["text"] for r in ok)
+    texts = [(r.json()["choices"][0]["text"], r.json()["usage"]) for r in ok]
+    assert all(text == texts[0][0] for text, _ in texts), texts
 
 
-def test_request_timeout_ends_with_length(small_server: ServerProcess) -> None:
+def _assert_timeout_ends_with_length(server: ServerProcess) -> None:
     body = {"prompt": "Count:", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
-    started = time.monotonic()
-    response = httpx.post(small_server.url + "/v1/completions", json=body, timeout=120)
+    response = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
     assert response.status_code == 200
     out = response.json()
     assert out["choices"][0]["finish_reason"] == "length"
-    assert out["usage"]["completion_tokens"] < 3000 and time.monotonic() - started < 30
+    assert out["usage"]["completion_tokens"] < 3000
 
 
-def test_sigterm_drains_in_flight_requests_then_exits_zero() -> None:
-    server = start_server("--shutdown-grace", "30")
+def test_request_timeout_then_sigterm_drain_and_exit_zero() -> None:
+    # One server for both: each start loads the model again.
+    server = start_server("--shutdown-grace", "30", "--request-timeout", "3")
     first_chunk = threading.Event()
     lines: list[str] = []
 
@@ -63,6 +64,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero() -> None:
                     first_chunk.set()
 
     try:
+        _assert_timeout_ends_with_length(server)
         reader = threading.Thread(target=stream)
         reader.start()
         assert first_chunk.wait(60)
