@@ -81,3 +81,36 @@ def test_request_timeout_then_sigterm_drain_and_exit_zero() -> None:
         assert server.proc.wait(60) == 0
     finally:
         server.stop()
+
+
+def test_sigterm_after_the_grace_aborts_the_rest_and_exits_zero() -> None:
+    server = start_server("--shutdown-grace", "1")
+    body = {"prompt": "Count:", "max_tokens": 2000, "ignore_eos": True}
+    results: dict[str, object] = {}
+
+    def whole() -> None:
+        results["whole"] = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+
+    def streamed() -> None:
+        with httpx.stream(
+            "POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=120
+        ) as response:
+            results["lines"] = [line for line in response.iter_lines() if line]
+
+    threads = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
+        server.signal()
+        for thread in threads:
+            thread.join(120)
+        response = results["whole"]
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "shutting_down"
+        lines = results["lines"]
+        assert lines[-1] == "data: [DONE]"
+        assert json.loads(lines[-2][len("data: ") :])["error"]["code"] == "shutting_down"
+        assert server.proc.wait(30) == 0
+    finally:
+        server.stop()

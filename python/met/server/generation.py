@@ -57,6 +57,12 @@ def public_finish_reason(reason: str | None, request_id: str) -> str | None:
     return reason
 
 
+def _shutting_down() -> APIError:
+    return APIError(
+        503, "The request was aborted: the server is shutting down", code="shutting_down"
+    )
+
+
 class Generation:
     def __init__(
         self, state: ServerState, request_id: str, prompt_ids: list[int], params: SamplingParams
@@ -73,6 +79,7 @@ class Generation:
         self.finish_reasons: list[str | None] = [None] * self.n
         self.closed = False
         self.outcome: str | None = None
+        self._interrupted = asyncio.Event()
 
     def _choice_params(self, index: int) -> SamplingParams:
         # Each choice is its own engine request; distinct seeds keep seeded choices distinct.
@@ -105,15 +112,21 @@ class Generation:
             self.close("error")
             raise self.state.engine_died(e) from None
         self.state.tracker.start(self.record)
+        self.state.generations.add(self)
         self.state.metrics.prompt_tokens.inc(len(self.prompt_ids))
 
     async def deltas(self) -> AsyncIterator[tuple[int, CompletionDelta]]:
         """(choice index, delta) in arrival order across the n streams, until all finish."""
         pending = {asyncio.ensure_future(anext(s)): i for i, s in enumerate(self.streams)}
+        interrupted = asyncio.ensure_future(self._interrupted.wait())
         last_at = [self.record.arrived] * self.n
         try:
             while pending:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {*pending, interrupted}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if interrupted in done:
+                    raise _shutting_down()
                 for future in done:
                     index = pending.pop(future)
                     try:
@@ -125,6 +138,7 @@ class Generation:
                         pending[asyncio.ensure_future(anext(self.streams[index]))] = index
                     yield index, delta
         finally:
+            interrupted.cancel()
             for future in pending:
                 future.cancel()
 
@@ -182,12 +196,13 @@ class Generation:
         self.close(self.outcome_label())
         return results
 
+    def interrupt(self) -> None:
+        """End the response now with a 503 (the drain grace ran out); the engine work is aborted."""
+        self._interrupted.set()
+
     def raise_if_aborted(self) -> None:
-        # The engine aborts what is left when the drain grace runs out.
         if "abort" in self.finish_reasons:
-            raise APIError(
-                503, "The request was aborted: the server is shutting down", code="shutting_down"
-            )
+            raise _shutting_down()
 
     def outcome_label(self) -> str:
         reason = self.finish_reasons[0] or "stop"
@@ -208,6 +223,7 @@ class Generation:
             return
         self.closed = True
         self.outcome = outcome
+        self.state.generations.discard(self)
         for stream in self.streams:
             stream.abort()
         if self.record.first_token_at is not None and outcome not in ("disconnected", "error"):

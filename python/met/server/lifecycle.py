@@ -84,12 +84,21 @@ class Lifecycle:
         self._drain_task = asyncio.ensure_future(self._drain(grace))
 
     async def _drain(self, grace: float) -> None:
-        engine = self.state.engine
-        if engine.ready:
-            await engine.shutdown(grace)
-        deadline = time.monotonic() + _FLUSH_S
-        while self.state.tracker.active and time.monotonic() < deadline:
+        # The server runs the grace period itself, so that requests still running when it ends
+        # get a proper 503 (or an error event) before the engine aborts their work.
+        state = self.state
+        deadline = time.monotonic() + grace
+        while state.generations and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if self.state.tracker.active:
-            log.warning("%d requests did not finish in time", len(self.state.tracker.active))
+        if state.generations:
+            log.warning(
+                "aborting %d requests still running after the grace", len(state.generations)
+            )
+            for generation in list(state.generations):
+                generation.interrupt()
+        deadline = time.monotonic() + _FLUSH_S
+        while state.tracker.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if state.engine.ready:
+            await state.engine.shutdown(0.0)
         self.server.should_exit = True

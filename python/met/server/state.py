@@ -57,6 +57,7 @@ class ServerState:
         self.draining = False
         self.load_error: str | None = None
         self.engine_dead = False
+        self.generations: set[Any] = set()  # the in-flight Generation objects
 
     @property
     def ready(self) -> bool:
