@@ -10,8 +10,15 @@ from openai_stub import start_stub
 from textual.widgets import TabbedContent
 
 from met.tui import Dashboard
-from met.tui.metrics import ITL_METRIC, TTFT_METRIC, Reading, derive, parse_prometheus
-from met.tui.panes import startup_text
+from met.tui.metrics import (
+    ITL_METRIC,
+    TTFT_METRIC,
+    Reading,
+    ReadingWindow,
+    derive,
+    parse_prometheus,
+)
+from met.tui.panes import LogPane, startup_text
 from met.tui.screens import ConfirmQuit, HelpScreen
 
 PROMETHEUS = f"""# HELP met_requests_total Requests.
@@ -69,6 +76,15 @@ def test_derive_treats_a_counter_reset_as_zero() -> None:
     assert figures.requests_per_s == 0.0
 
 
+def test_reading_window_compares_with_a_reading_a_window_old() -> None:
+    window = ReadingWindow(seconds=5.0)
+    readings = [_reading(float(t), {}) for t in range(10)]
+    baselines = [window.add(reading) for reading in readings]
+    assert baselines[0] is None
+    assert baselines[3] is readings[0]  # younger than the window: the oldest there is
+    assert baselines[9] is readings[4]  # exactly a window old
+
+
 def test_startup_panel_shows_loading_then_ready() -> None:
     loading = {
         "ready": False,
@@ -120,6 +136,9 @@ def test_keys_switch_panes_help_and_quit_against_the_stub() -> None:
             await pilot.press(*"hi", "enter")  # the chat box has focus on the chat pane
             await pilot.pause(0.5)
             assert app.chat_history[-1] == {"role": "assistant", "content": "alpha beta gamma"}
+            await pilot.press("escape", "slash", *"POST")
+            assert tabs.active == "logs"
+            assert app.query_one(LogPane).filter == "post"
             await pilot.press("escape", "question_mark")
             assert isinstance(app.screen, HelpScreen)
             await pilot.press("space")

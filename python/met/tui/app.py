@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from met.tui.client import ServerUnreachableError, StatusClient
-from met.tui.metrics import Figures, History, Reading, derive
+from met.tui.metrics import Figures, History, Reading, ReadingWindow, derive
 from met.tui.panes import ChatPane, LogPane, Overview, RequestsPane, startup_text
 from met.tui.screens import ConfirmQuit, HelpScreen
 from met.tui.server_process import ServerProcess
@@ -31,6 +31,7 @@ class Dashboard(App[None]):
         Binding("4", "show_pane('chat')", "chat"),
         Binding("tab", "cycle_pane(1)", "next pane", show=False, priority=True),
         Binding("shift+tab", "cycle_pane(-1)", "previous pane", show=False, priority=True),
+        Binding("slash", "filter_logs", "filter logs"),
         Binding("question_mark", "help", "help"),
         Binding("escape", "leave_input", show=False),
         Binding("q", "request_quit", "quit"),
@@ -51,7 +52,7 @@ class Dashboard(App[None]):
         self.poll_interval = poll_interval
         self.client = StatusClient(url)
         self.status: dict[str, Any] | None = None
-        self.previous: Reading | None = None
+        self.window = ReadingWindow()
         self.figures = Figures()
         self.history = History()
         self.polls = 0
@@ -95,8 +96,7 @@ class Dashboard(App[None]):
             return
         self.polls += 1
         self.status = reading.status
-        self.figures = derive(self.previous, reading)
-        self.previous = reading
+        self.figures = derive(self.window.add(reading), reading)
         self.history.add(self.figures)
         self._show(reading)
 
@@ -147,6 +147,10 @@ class Dashboard(App[None]):
     def action_cycle_pane(self, step: int) -> None:
         current = PANES.index(self.query_one(TabbedContent).active or "overview")
         self.action_show_pane(PANES[(current + step) % len(PANES)])
+
+    def action_filter_logs(self) -> None:
+        self.action_show_pane("logs")
+        self.query_one("#log-filter", Input).focus()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -10,6 +10,7 @@ from typing import Any
 TTFT_METRIC = "met_time_to_first_token_seconds"
 ITL_METRIC = "met_inter_token_latency_seconds"
 HISTORY_POINTS = 180  # three minutes at the one-second poll
+RATE_WINDOW_S = 5.0  # a CPU engine answers in bursts; one-second deltas would flicker to zero
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)")
 
@@ -43,6 +44,22 @@ class Reading:
 
     def counter(self, name: str) -> float:
         return float(self.stats.get(name) or 0)
+
+
+class ReadingWindow:
+    """The last few seconds of readings; rates and means are taken across the whole window."""
+
+    def __init__(self, seconds: float = RATE_WINDOW_S) -> None:
+        self.seconds = seconds
+        self.readings: deque[Reading] = deque()
+
+    def add(self, reading: Reading) -> Reading | None:
+        """Keep `reading`; return the baseline to compare it with (None for the first one)."""
+        self.readings.append(reading)
+        # Drop the oldest while the next one is itself at least a window old.
+        while len(self.readings) > 2 and reading.time - self.readings[1].time >= self.seconds:
+            self.readings.popleft()
+        return self.readings[0] if len(self.readings) > 1 else None
 
 
 @dataclass

@@ -11,7 +11,7 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widgets import DataTable, Input, RichLog, Sparkline, Static
 
 from met.commands.common import human_bytes
-from met.tui.metrics import HISTORY_POINTS, Figures, History
+from met.tui.metrics import HISTORY_POINTS, RATE_WINDOW_S, Figures, History
 
 CHARTS = (
     ("tokens_per_s", "generated tokens/s"),
@@ -65,7 +65,7 @@ def figures_text(figures: Figures) -> str:
         f"prefix hits [b]{100 * figures.prefix_hit_rate:.0f}%[/b]\n"
         f"[b]{figures.requests_per_s:.2f}[/b] req/s   [b]{figures.tokens_per_s:.1f}[/b] tok/s   "
         f"prompt [b]{figures.prompt_tokens_per_s:.0f}[/b] tok/s   TTFT [b]{ttft}[/b]   "
-        f"ITL [b]{itl}[/b]\n"
+        f"ITL [b]{itl}[/b]   (last {RATE_WINDOW_S:.0f} s)\n"
         f"requests {figures.requests_total}   generated tokens {figures.generated_total}   "
         f"errors {figures.errors_total}"
     )

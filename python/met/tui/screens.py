@@ -12,6 +12,7 @@ HELP_TEXT = """[b]met dashboard[/b]
 
   1 / 2 / 3 / 4   overview / requests / logs / chat
   Tab, Shift+Tab  next / previous pane
+  /               filter the log lines
   ?               this help
   Esc             leave a text box (so keys work again)
   q               quit (asks first while requests are in flight)
