@@ -15,28 +15,19 @@ log = logging.getLogger("met.server")
 
 
 class LoadProgress:
-    """Fed by the engine's progress callback from the loading thread; read by /status."""
+    """Fed by the engine's progress callback (stage, done, total) from the loading thread."""
 
     def __init__(self) -> None:
         self.stage = "starting"
         self.done = 0
         self.total = 0
-        self._started = time.monotonic()
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage != self.stage:
-            self._started = time.monotonic()
         self.stage, self.done, self.total = stage, done, total
 
     def view(self) -> dict[str, Any]:
-        elapsed = time.monotonic() - self._started
-        speed = self.done / elapsed if elapsed > 0 and self.done else None
-        return {
-            "stage": self.stage,
-            "bytes_done": self.done,
-            "bytes_total": self.total,
-            "bytes_per_s": speed,
-        }
+        # The engine reports load steps, not bytes, so there are no bytes_* fields to show.
+        return {"stage": self.stage, "done": self.done, "total": self.total}
 
 
 class ServerState:
