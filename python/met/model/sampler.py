@@ -160,6 +160,8 @@ def _draw(probs: Tensor, row: SampleSpec) -> int:
         gen = torch.Generator(device=probs.device)
         gen.manual_seed((int(seed) * 1_000_003 + row.n_generated) % (2**63))
     noise = torch.empty_like(probs).exponential_(generator=gen)
+    # An exact 0 draw would make 0/0 = NaN win argmax for a masked (probability 0) token.
+    noise.clamp_(min=torch.finfo(noise.dtype).tiny)
     return int((probs / noise).argmax())
 
 
