@@ -28,7 +28,6 @@ class _Live:
 
     state: RequestOutputState
     started: float
-    aborted: bool = False
 
 
 class EngineCore:
@@ -117,10 +116,11 @@ class EngineCore:
         self.scheduler.add_request(request)
 
     def abort(self, name: str) -> None:
+        """Ends a request whose caller is gone; its KV blocks are freed by the next tick."""
         rid = self._by_name.get(name)
-        if rid is not None and rid in self._live:
-            self._live[rid].aborted = True
+        if rid is not None:
             self.scheduler.abort_request(rid)
+            self._forget(rid)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -134,7 +134,7 @@ class EngineCore:
             if live is None:
                 continue
             delta = self._on_event(event, live)
-            if delta is not None and not live.aborted:
+            if delta is not None:
                 deltas.append(delta)
         return deltas
 
@@ -154,8 +154,7 @@ class EngineCore:
         if state.finished:
             return None
         if kind == _core.ClientEvent.Kind.Done:
-            reason = "abort" if live.aborted else event.finish_reason
-            return state.on_done(reason, event.n, event.cached)
+            return state.on_done(event.finish_reason, event.n, event.cached)
         return state.on_done("error", state.completion_tokens, state.cached_tokens)
 
     def _forget(self, rid: int) -> None:

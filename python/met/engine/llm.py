@@ -111,6 +111,8 @@ class LLM:
     def _run_batch(
         self, token_lists: list[list[int]], params: list[SamplingParams]
     ) -> list[RequestOutput]:
+        for tokens, p in zip(token_lists, params, strict=True):
+            self.engine.check_request(tokens, p)  # all or nothing: reject before any runs
         results: list[RequestOutput] = []
         slots: dict[str, CompletionOutput] = {}
         for tokens, p in zip(token_lists, params, strict=True):
