@@ -18,3 +18,4 @@ class EngineConfig:
     block_size: int = 16
     enable_prefix_cache: bool = True
     max_queue: int = 256
+    tensor_parallel_size: int = 1  # ranks each holding 1/N of every layer (met.parallel)

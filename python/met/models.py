@@ -23,6 +23,8 @@ _CHUNK = 1 << 20
 
 PullProgress = Callable[[int, int | None], None]  # (bytes done, bytes total)
 LoadProgress = Callable[[str, int, int], None]  # (stage, step, steps)
+# Tensor parallel: (full config, full weights) -> this rank's (config, weights) slice.
+WeightShard = Callable[[ModelConfig, dict[str, torch.Tensor]], tuple[ModelConfig, dict]]
 
 
 class ModelPullError(OSError):
@@ -158,8 +160,12 @@ def load_model(
     dtype: str | torch.dtype = "auto",
     device: str | torch.device = "auto",
     progress: LoadProgress | None = None,
+    shard: WeightShard | None = None,
 ) -> tuple[ModelConfig, LlamaModel, Tokenizer]:
-    """Load a GGUF file or a Hugging Face folder onto `device` in `dtype`."""
+    """Load a GGUF file or a Hugging Face folder onto `device` in `dtype`.
+
+    With `shard`, only this rank's slice reaches the model (and the device); the returned config
+    is still the whole model's."""
     from met.gguf_loader import load_gguf, open_gguf
     from met.hf_loader import is_hf_folder, load_hf
 
@@ -188,6 +194,9 @@ def load_model(
             "run `met pull` for the default model"
         )
     report("model", 2)
-    model = LlamaModel(config, weights, torch_dtype, dev)
+    model_config = config
+    if shard is not None:
+        model_config, weights = shard(config, weights)
+    model = LlamaModel(model_config, weights, torch_dtype, dev)
     report("ready", 3)
     return config, model, tokenizer

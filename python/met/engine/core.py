@@ -7,7 +7,8 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 
@@ -37,7 +38,11 @@ class EngineCore:
         self.config = config
         self.model_path = resolve_model(config.model)
         self.model_config, self.model, self.tokenizer = load_model(
-            self.model_path, dtype=config.dtype, device=config.device, progress=progress
+            self.model_path,
+            dtype=config.dtype,
+            device=config.device,
+            progress=progress,
+            shard=_rank0_shard(config.tensor_parallel_size),
         )
         self.max_model_len = min(
             config.max_model_len or self.model_config.context_length,
@@ -46,7 +51,8 @@ class EngineCore:
         num_blocks = self._num_kv_blocks()
         kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size)
         self.blocks = _core.BlockManager(num_blocks, config.block_size, config.enable_prefix_cache)
-        self.backend = TorchBackend(self.model, kv_cache, self.blocks, config.max_num_seqs)
+        self._parallel = None
+        self.backend = self._make_backend(kv_cache, num_blocks)
         self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
@@ -58,11 +64,30 @@ class EngineCore:
             return self.config.kv_cache_blocks
         mc = self.model_config
         element = torch.empty((), dtype=self.model.dtype).element_size()
-        per_token = 2 * mc.n_layers * mc.n_kv_heads * mc.head_dim * element
+        kv_heads = mc.n_kv_heads // self.config.tensor_parallel_size  # this rank's share
+        per_token = 2 * mc.n_layers * kv_heads * mc.head_dim * element
         per_block = per_token * self.config.block_size
         one_context = math.ceil(self.max_model_len / self.config.block_size) + 1
         wanted = one_context * self.config.max_num_seqs
         return max(one_context, min(wanted, _KV_BUDGET_BYTES // per_block))
+
+    def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
+        if self.config.tensor_parallel_size == 1:
+            return TorchBackend(self.model, kv_cache, self.blocks, self.config.max_num_seqs)
+        from met.parallel.dist import start_rank0
+        from met.parallel.tp_backend import TensorParallelBackend
+
+        setup = {
+            "config": asdict(self.config),
+            "model_path": str(self.model_path),
+            "num_blocks": num_blocks,
+        }
+        group = start_rank0(self.config.tensor_parallel_size, self.model.device, setup)
+        self.model.reduce = group.all_reduce
+        self._parallel = TensorParallelBackend(
+            self.model, kv_cache, self.blocks, self.config.max_num_seqs, group
+        )
+        return self._parallel
 
     def _scheduler_config(self) -> _core.SchedulerConfig:
         cfg = _core.SchedulerConfig()
@@ -185,10 +210,34 @@ class EngineCore:
             requests=requests,
         )
 
+    def idle(self) -> None:
+        """Call between ticks while there is nothing to run: a tensor-parallel engine checks on
+        its workers, so one that died fails the engine within seconds even with no traffic."""
+        if self._parallel is not None:
+            self._parallel.heartbeat()
+
     def shutdown(self) -> None:
+        """Finishes what runs; the scheduler's shutdown word then stops any workers."""
         self.scheduler.close_inbox()
         while not self.scheduler.tick(time.monotonic()).shutdown:
             self.scheduler.take_events()
+        if self._parallel is not None:
+            self._parallel.close(clean=True)
+
+    def abandon(self) -> None:
+        """After a failure: stops the workers this process spawned (no-op otherwise)."""
+        if self._parallel is not None:
+            self._parallel.close(clean=False)
+
+
+def _rank0_shard(world: int):
+    if world < 1:
+        raise ValueError(f"tensor_parallel_size: must be at least 1, got {world}")
+    if world == 1:
+        return None
+    from met.parallel.shard import shard_weights
+
+    return partial(shard_weights, rank=0, world=world)
 
 
 def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParams:

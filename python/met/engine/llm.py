@@ -46,6 +46,17 @@ class LLM:
         self.tokenizer = self.engine.tokenizer
         self._counter = 0
 
+    def close(self) -> None:
+        """Stops the engine; with tensor_parallel_size > 1 this also ends the worker ranks
+        cleanly (without it they exit with an error when this process does)."""
+        self.engine.shutdown()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def generate(
         self,
         prompts: str | Sequence[str] | None = None,

@@ -118,9 +118,12 @@ class TorchBackend(_core.Backend):
 
     def _forward(self, rows: list[_Row]) -> None:
         tables = [self._reserve(row) for row in rows]
-        self._logits = self.model.forward(self.kv_cache, **self._pack(rows, tables))
+        self._logits = self._run_model(self._pack(rows, tables))
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
+
+    def _run_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model.forward(self.kv_cache, **inputs)
 
     def _pack(self, rows: list[_Row], tables: list[list[int]]) -> dict[str, torch.Tensor]:
         """Packs variable-length rows into the flat tensors of one batched paged forward."""

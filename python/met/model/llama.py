@@ -7,7 +7,7 @@ single-token rows share one batched attention call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +100,9 @@ class LlamaModel:
         self.dtype = dtype
         self.device = torch.device(device)
         self.groups = config.n_heads // config.n_kv_heads
+        # Tensor parallel: a rank holding a slice of the heads and MLP columns sums its partial
+        # attention and MLP outputs with the other ranks' (an all-reduce); None when alone.
+        self.reduce: Callable[[Tensor], Tensor] | None = None
 
         def take(name: str) -> Tensor:
             return weights.pop(name).to(device=self.device, dtype=dtype)
@@ -195,10 +198,13 @@ class LlamaModel:
         k_cache.index_copy_(0, slots, k)
         v_cache.index_copy_(0, slots, v)
         attn = self._attention(q, k, v, k_cache, v_cache, plan)
-        x = x + F.linear(attn, w["wo"])
+        x = x + self._reduced(F.linear(attn, w["wo"]))
         h = F.rms_norm(x, (x.shape[-1],), w["mlp_norm"], c.norm_eps)
         gate, up = F.linear(h, w["w_gate_up"]).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, w["w_down"])
+        return x + self._reduced(F.linear(F.silu(gate) * up, w["w_down"]))
+
+    def _reduced(self, partial: Tensor) -> Tensor:
+        return partial if self.reduce is None else self.reduce(partial)
 
     def _attention(
         self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, plan: _AttnPlan
