@@ -13,7 +13,7 @@ class EngineConfig:
     max_num_seqs: int = 8
     max_prefill_tokens: int = 512  # chunk length of chunked prefill; 0: whole prompts
     max_batch_tokens: int = 8192
-    max_model_len: int | None = None  # default: the model's context, capped at 4096
+    max_model_len: int | None = None  # default: the model's context length
     kv_cache_blocks: int | None = None  # default: enough for max_num_seqs full contexts
     block_size: int = 16
     enable_prefix_cache: bool = True

@@ -167,6 +167,8 @@ class AsyncEngine:
                 for delta in core.step():
                     self._deliver(delta)
                 self._stats = core.stats()
+            self._apply_commands()
+            core.abort_all()
             core.shutdown()
         except BaseException as exc:  # the engine thread must never die silently
             log.exception("engine thread failed")
@@ -187,7 +189,7 @@ class AsyncEngine:
                     self._publish(request_id, exc)
             else:
                 self.core.abort(command[1])
-                self._subscribers.pop(command[1], None)
+                self._publish(command[1], _aborted(command[1]))
 
     def _deliver(self, delta: CompletionDelta) -> None:
         if delta.finished:
@@ -211,3 +213,8 @@ def _post(subscriber: _Subscriber, item) -> None:
     """Hands an item to the caller's event loop; a loop that has closed has no reader left."""
     with contextlib.suppress(RuntimeError):
         subscriber.loop.call_soon_threadsafe(subscriber.queue.put_nowait, item)
+
+
+def _aborted(request_id: str) -> CompletionDelta:
+    """The last delta of a request the engine ended before it finished."""
+    return CompletionDelta(request_id, [], "", None, True, "abort", 0, 0, 0)

@@ -170,7 +170,8 @@ class EngineCore:
             if state.finished:
                 return None
             self.generated_tokens_total += 1
-            delta = state.on_token(event.token.token, _logprob(event))
+            state.cached_tokens = self.backend.cached_tokens.get(event.request_id, 0)
+            delta = state.on_token(event.token.token, _logprob(event, state.params))
             if delta.finished:
                 self.scheduler.abort_request(event.request_id)
                 self._forget(event.request_id)
@@ -216,6 +217,10 @@ class EngineCore:
         if self._parallel is not None:
             self._parallel.heartbeat()
 
+    def abort_all(self) -> None:
+        for live in list(self._live.values()):
+            self.abort(live.state.request_id)
+
     def shutdown(self) -> None:
         """Finishes what runs; the scheduler's shutdown word then stops any workers."""
         self.scheduler.close_inbox()
@@ -259,8 +264,10 @@ def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParam
     return out
 
 
-def _logprob(event) -> TokenLogprob | None:
-    if not event.with_logprobs:
+def _logprob(event, params: SamplingParams) -> TokenLogprob | None:
+    # The event's with_logprobs flag follows the trace's rendering (a first token prints plain);
+    # the token itself was sampled on the host with its logprobs whenever the request asked.
+    if params.logprobs is None:
         return None
     tok = event.token
     return TokenLogprob(tok.token, tok.logprob, [(int(i), float(lp)) for i, lp in tok.top])

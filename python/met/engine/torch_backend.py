@@ -35,6 +35,8 @@ class TorchBackend(_core.Backend):
         self._free_slots = list(range(max_slots - 1, -1, -1))  # sorted descending; pop = lowest
         self._logits: torch.Tensor | None = None
         self._history: dict[int, list[int]] = {}
+        # Prompt tokens each live sequence reused from the prefix cache, by request id.
+        self.cached_tokens: dict[int, int] = {}
 
     # --- silent queries ---
     def vocab_size(self) -> int:
@@ -51,6 +53,7 @@ class TorchBackend(_core.Backend):
 
     def match_prefix(self, seq: _core.Sequence, prompt: list[int]) -> int:
         cached = self.blocks.allocate_prefix(seq.session_hash, list(prompt))
+        self.cached_tokens[seq.session_hash] = cached
         if cached:
             self._history[seq.session_hash] = list(prompt[:cached])
             seq.tokens = prompt[:cached]
@@ -77,6 +80,7 @@ class TorchBackend(_core.Backend):
         if self.blocks.has(seq.session_hash):
             self.blocks.release(seq.session_hash)
         self._history.pop(seq.session_hash, None)
+        self.cached_tokens.pop(seq.session_hash, None)
         seq.block_table = []
         self._release_slot(seq.slot)
 
