@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import httpx
+import pexpect
 import pytest
-from met_cli_support import free_port, live_server
+from met_cli_support import free_port, live_server, met_env
 from textual.widgets import DataTable, RichLog, Static, TabbedContent
 
 from met.tui import Dashboard
@@ -96,3 +98,27 @@ def test_dashboard_follows_a_live_server(server_url: str) -> None:
     SNAPSHOT.unlink(missing_ok=True)
     asyncio.run(drive())
     assert SNAPSHOT.read_text().startswith("<svg")
+
+
+def test_met_serve_in_a_terminal_opens_the_dashboard_and_q_stops_the_server(
+    default_model_path: Path,
+) -> None:
+    port = free_port()
+    env = met_env()
+    del env["MET_NO_TUI"]
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "met.cli", "serve", "--port", str(port), "--model", str(default_model_path)],
+        env=env,
+        encoding="utf-8",
+        dimensions=(40, 120),
+        timeout=300,
+    )
+    child.expect_exact("READY")
+    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+    child.send("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)

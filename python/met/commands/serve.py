@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from met.commands.common import CliError, SubParsers, add_command, stdout_is_terminal
@@ -42,7 +43,11 @@ def _run(args: argparse.Namespace) -> int:
         settings = resolve_settings(serve_parser().parse_args(argv), os.environ)
     except SettingsError as exc:
         raise CliError(str(exc)) from exc
-    if settings.no_tui or not stdout_is_terminal():
+    from met.parallel.launch import launched_rank
+
+    launched = launched_rank()
+    worker = launched is not None and launched[0] > 0  # a torchrun rank with nothing to show
+    if settings.no_tui or worker or not stdout_is_terminal():
         from met.server.main import serve_main
 
         return serve_main(argv, tui=False)
@@ -61,7 +66,7 @@ def _serve_with_dashboard(argv: list[str], url: str, grace: float) -> int:
         if server.returncode() is None:
             print(f"met: stopping the server (draining, up to {grace:.0f} s)...", file=sys.stderr)
         code = server.stop(grace=grace + 5.0)
-    if code not in (0, -2, 130):
+    if code not in (0, -signal.SIGTERM):
         for line in server.tail():
             print(line, file=sys.stderr)
         server.cleanup()

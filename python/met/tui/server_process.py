@@ -2,7 +2,7 @@
 
 The server runs in its own process rather than a thread so that model compute never holds the
 GIL away from the dashboard's event loop, and so that stopping it is the server's own, tested,
-SIGINT drain path.
+SIGTERM drain path.
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ class ServerProcess:
         return lines[-count:]
 
     def stop(self, grace: float = 30.0) -> int:
-        """Drain and stop: SIGINT (the server's graceful path), then SIGTERM, then SIGKILL."""
-        for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        """Drain and stop: SIGTERM (the server drains on it), then SIGKILL after `grace`.
+
+        SIGTERM rather than SIGINT: a child inherits an ignored SIGINT from a parent started
+        in the background, but never an ignored SIGTERM.
+        """
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             if self.process.poll() is not None:
                 break
             self.process.send_signal(sig)
