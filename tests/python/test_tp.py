@@ -4,10 +4,14 @@ that does not split, a hand-launched torchrun-style pair serving HTTP, and a wor
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from model_fixtures import random_weights, real_model_path, save_hf_folder, tiny_config
+from server_harness import ServerProcess, free_port, start_server
 from tokenizers import pre_tokenizers
 
 import met
@@ -50,6 +54,8 @@ def _greedy_tokens(model: Path, tp: int) -> list[list[int]]:
     # Short prefill chunks so that chunked prefill, mixed steps and batched decode all run.
     with met.LLM(str(model), dtype="float32", tensor_parallel_size=tp, max_prefill_tokens=8) as llm:
         outputs = llm.generate(prompt_token_ids=PROMPTS, sampling_params=params)
+    if tp > 1:  # close() sent the shutdown word: the worker it spawned exited cleanly
+        assert [p.returncode for p in llm.engine._parallel.group.procs] == [0] * (tp - 1)
     return [out.token_ids for out in outputs]
 
 
@@ -73,3 +79,72 @@ def test_default_model_over_two_ranks_fails_before_spawning() -> None:
         pytest.skip("the default model is not downloaded")
     with pytest.raises(ShardError, match=r"9 attention heads / 3 KV heads over 2 ranks.*1, 3"):
         met.LLM(str(path), tensor_parallel_size=2)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _wait_exit(server: ServerProcess, within_s: float) -> int:
+    try:
+        return server.proc.wait(within_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"rank 0 still running {within_s}s after its worker died:\n{server.logs()}")
+
+
+def test_serve_spawns_its_worker_and_exits_when_it_dies(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MET_TEST_MODEL", raising=False)
+    args = ("--model", str(tiny_model), "--tensor-parallel-size", "2", "--dtype", "float32")
+    server = start_server(*args)
+    try:
+        with server.http() as http:
+            reply = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+            assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 4
+        (worker,) = _children(server.proc.pid)
+        os.kill(worker, signal.SIGKILL)  # while idle: the heartbeat notices
+        assert _wait_exit(server, 15) != 0
+        assert "tensor-parallel worker rank 1 exited with code -9" in server.logs()
+    finally:
+        server.stop()
+
+
+def test_torchrun_ranks_serve_then_a_killed_worker_ends_the_stream(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MET_TEST_MODEL", raising=False)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = ("--model", str(tiny_model), "--tensor-parallel-size", "2", "--dtype", "float32")
+    monkeypatch.setenv("RANK", "1")
+    rank1 = ServerProcess(*args)  # the same command line torchrun would run on every rank
+    monkeypatch.setenv("RANK", "0")
+    rank0 = ServerProcess(*args)
+    try:
+        rank0.wait_ready()
+        with rank0.http() as http:
+            reply = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+            assert reply.status_code == 200
+            body = {"prompt": "hi", "max_tokens": 240, "ignore_eos": True, "stream": True}
+            with http.stream("POST", "/v1/completions", json=body) as stream:
+                lines = stream.iter_lines()
+                assert next(line for line in lines if line.startswith("data:"))
+                rank1.proc.kill()
+                rest = "\n".join(lines)
+        assert "engine_dead" in rest and not rest.rstrip().endswith('"length"}]}')
+        assert _wait_exit(rank0, 15) != 0
+        assert "a collective with the workers failed" in rank0.logs()
+        assert "); exiting" in rank0.logs()
+    finally:
+        rank1.stop()
+        rank0.stop()

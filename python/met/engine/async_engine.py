@@ -136,6 +136,11 @@ class AsyncEngine:
     def stats(self) -> EngineStats:
         return self._stats
 
+    @property
+    def dead(self) -> BaseException | None:
+        """Why the engine thread stopped on a failure; None while it runs (or stopped cleanly)."""
+        return self._dead
+
     async def shutdown(self, grace_s: float) -> None:
         """Refuses new requests, lets in-flight ones finish for `grace_s`, aborts the rest."""
         self._accepting = False
@@ -161,6 +166,7 @@ class AsyncEngine:
                 self._apply_commands()
                 if not core.has_work():
                     self._stats = core.stats()
+                    core.idle()
                     self._wake.wait(0.1)
                     self._wake.clear()
                     continue
@@ -174,6 +180,7 @@ class AsyncEngine:
             log.exception("engine thread failed")
             self._dead = exc
             self._fail_all(EngineDeadError(f"the engine stopped: {exc}"))
+            core.abandon()
 
     def _apply_commands(self) -> None:
         while True:

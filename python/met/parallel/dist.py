@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from met.parallel import protocol
+from met.parallel.launch import launched_rank
 
 log = logging.getLogger("met.parallel")
 
@@ -56,14 +57,6 @@ def _seconds(name: str, default: float) -> timedelta:
         return timedelta(seconds=float(raw)) if raw else timedelta(seconds=default)
     except ValueError:
         raise TpError(f"{name}: expected seconds, got {raw!r}") from None
-
-
-def launched_rank() -> tuple[int, int] | None:
-    """(rank, world size) when torchrun (or a user with its variables) started this process as
-    one rank of a multi-process group; None otherwise."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ:
-        return None
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
 class Group:
@@ -231,7 +224,11 @@ def _spawn_workers(world: int, port: int) -> list[subprocess.Popen]:
             PYTHONPATH=path,
         )
         command = [sys.executable, "-m", "met.parallel.worker"]
-        procs.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+        # Its own session: a Ctrl-C meant for the server must not reach the workers, which
+        # rank 0 stops with the shutdown word once it has drained.
+        procs.append(
+            subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        )
     return procs
 
 

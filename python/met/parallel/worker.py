@@ -13,6 +13,7 @@ or reached from `met serve` on a rank > 0 under torchrun.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,6 +25,7 @@ from met.model.llama import LlamaModel, PagedKvCache
 from met.models import load_model
 from met.parallel import dist as tp
 from met.parallel import protocol
+from met.parallel.launch import launched_rank
 from met.parallel.protocol import Kind
 from met.parallel.shard import shard_weights
 
@@ -95,6 +97,8 @@ def serve_forever(group: tp.Group, model: LlamaModel, cache: PagedKvCache) -> No
 
 def run_worker(rank: int, world: int) -> int:
     """Join the group, load this rank's shard, serve; the process exit status."""
+    # Ctrl-C under torchrun reaches every rank; rank 0 drains and then sends the shutdown word.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         group, setup = tp.join_worker(rank, world)
         config = EngineConfig(**setup["config"])
@@ -121,7 +125,7 @@ def main() -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
     )
-    launched = tp.launched_rank()
+    launched = launched_rank()
     if launched is None or launched[0] == 0:
         print("met.parallel.worker: run with RANK >= 1 and WORLD_SIZE set", file=sys.stderr)
         return 2

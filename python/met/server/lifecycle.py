@@ -17,6 +17,7 @@ from met.server.state import ServerState
 log = logging.getLogger("met.server")
 
 _FLUSH_S = 2.0  # after the engine drained, time for the last responses to reach their clients
+_WATCH_S = 0.2  # how often a loaded server checks that its engine still runs
 
 
 class QuietSignalServer(uvicorn.Server):
@@ -62,6 +63,21 @@ class Lifecycle:
             engine.max_model_len,
             ", ".join(f"{k}={v}" for k, v in engine.info.items()),
         )
+        self._watch_engine()
+
+    def _watch_engine(self) -> None:
+        # A failed engine (a tensor-parallel worker died, a collective timed out) cannot
+        # recover: /health turns 503 and the process exits non-zero for its supervisor.
+        engine = self.state.engine
+        while engine.dead is None:
+            time.sleep(_WATCH_S)
+        log.error("the engine stopped (%s); exiting", engine.dead)
+        self.exit_code = 1
+        self._call(self._engine_died)
+
+    def _engine_died(self) -> None:
+        self.state.engine_died(self.state.engine.dead)
+        self.server.should_exit = True
 
     def _call(self, callback) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 
+from met.parallel.launch import launched_rank
 from met.server.app import create_app
 from met.server.lifecycle import Lifecycle, QuietSignalServer
 from met.server.settings import ServerSettings, SettingsError, load_settings
@@ -30,6 +31,31 @@ def serve_main(argv: list[str], tui: bool = False) -> int:
     except SettingsError as e:
         print(f"met serve: {e}", file=sys.stderr)
         return 2
+    launched = launched_rank()
+    if launched is not None:
+        return _serve_rank(settings, *launched)
+    return _serve_here(settings)
+
+
+def _serve_rank(settings: ServerSettings, rank: int, world: int) -> int:
+    """Under torchrun: rank 0 serves HTTP, every other rank runs the tensor-parallel worker."""
+    if settings.engine.tensor_parallel_size != world:
+        print(
+            f"met serve: launched as rank {rank} of WORLD_SIZE={world}, but "
+            f"--tensor-parallel-size is {settings.engine.tensor_parallel_size}; pass "
+            f"--tensor-parallel-size {world} on every rank",
+            file=sys.stderr,
+        )
+        return 2
+    if rank == 0:
+        return _serve_here(settings)
+    _configure_logging(settings.log_level)
+    from met.parallel.worker import run_worker
+
+    return run_worker(rank, world)
+
+
+def _serve_here(settings: ServerSettings) -> int:
     logs = _configure_logging(settings.log_level)
     try:
         return asyncio.run(_serve(settings, logs))
