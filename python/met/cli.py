@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    # Pass-through subcommands (serve, trace) hand their arguments, in order, to their own parser.
+    # A pass-through subcommand (serve) hands its arguments, in order, to its own parser.
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except CliError as exc:
         return _fail(str(exc), args.debug)
-    except Exception as exc:  # noqa: BLE001 - the CLI's contract is one line, not a traceback
+    except Exception as exc:  # the contract is one line, not a traceback
         return _fail(f"{type(exc).__name__}: {exc}", args.debug)
 
 

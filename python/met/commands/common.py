@@ -53,5 +53,6 @@ def resolve_model_or_fail(model: str | None) -> Path:
         raise CliError(str(exc)) from exc
 
 
-def stdout_is_terminal() -> bool:
+def interactive_terminal() -> bool:
+    """A dashboard needs both: a screen to draw on and a keyboard to read."""
     return sys.stdout.isatty() and sys.stdin.isatty()

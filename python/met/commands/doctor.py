@@ -48,7 +48,7 @@ def _safely(name: str, probe: Callable[[], Check]) -> Check:
     # One broken probe must not hide the report of the others.
     try:
         return probe()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return Check(
             name, False, f"check failed: {type(exc).__name__}: {exc}", "reinstall: pip install -e ."
         )

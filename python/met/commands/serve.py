@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from met.commands.common import CliError, SubParsers, add_command, stdout_is_terminal
+from met.commands.common import CliError, SubParsers, add_command, interactive_terminal
 
 
 def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
 
     launched = launched_rank()
     worker = launched is not None and launched[0] > 0  # a torchrun rank with nothing to show
-    if settings.no_tui or worker or not stdout_is_terminal():
+    if settings.no_tui or worker or not interactive_terminal():
         from met.server.main import serve_main
 
         return serve_main(argv, tui=False)
