@@ -15,7 +15,9 @@ from server_harness import ServerProcess, free_port, start_server
 from tokenizers import pre_tokenizers
 
 import met
+from met.parallel.protocol import EP_FREE, EP_PREFILL, EP_SHUTDOWN
 from met.parallel.shard import ShardError, check_divisible
+from met.parallel.worker import Mirror, ProtocolError
 from met.sampling import SamplingParams
 
 PROMPTS = [[1, 5, 9, 33, 70, 100, 7], [1, 200, 3] * 7]
@@ -61,6 +63,22 @@ def _greedy_tokens(model: Path, tp: int) -> list[list[int]]:
 
 def test_two_ranks_give_the_single_process_tokens(tiny_model: Path) -> None:
     assert _greedy_tokens(tiny_model, 2) == _greedy_tokens(tiny_model, 1)
+
+
+def test_worker_mirrors_the_trace_ep_words() -> None:
+    """The announcement sequence of trace spec 5.4 step 5 and the release word of 5.9."""
+    mirror = Mirror()
+    mirror.on_seq_word(3, EP_PREFILL)
+    for word in (8, 0, 21):  # chunk length, chunk start, prompt length
+        mirror.on_word(word)
+    mirror.on_tokens(PROMPTS[1])
+    assert mirror.prompts == {3: PROMPTS[1]}
+    mirror.on_seq_word(3, EP_FREE)
+    assert mirror.prompts == {} and not mirror.stopped
+    with pytest.raises(ProtocolError, match="without a complete prefill announcement"):
+        mirror.on_tokens([1, 2])
+    mirror.on_seq_word(0, EP_SHUTDOWN)
+    assert mirror.stopped
 
 
 def test_default_model_split_rules() -> None:

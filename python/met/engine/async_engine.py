@@ -107,6 +107,7 @@ class AsyncEngine:
             "block_size": core.blocks.block_size(),
             "max_num_seqs": self.config.max_num_seqs,
             "max_model_len": core.max_model_len,
+            "tensor_parallel_size": self.config.tensor_parallel_size,
         }
 
     # --- requests (any thread with a running event loop) ---

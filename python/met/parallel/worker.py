@@ -32,7 +32,7 @@ from met.parallel.shard import shard_weights
 log = logging.getLogger("met.parallel.worker")
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(Exception):
     """Rank 0 sent a message this worker did not expect at this point."""
 
 
@@ -97,28 +97,35 @@ def serve_forever(group: tp.Group, model: LlamaModel, cache: PagedKvCache) -> No
 
 def run_worker(rank: int, world: int) -> int:
     """Join the group, load this rank's shard, serve; the process exit status."""
-    # Ctrl-C under torchrun reaches every rank; rank 0 drains and then sends the shutdown word.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, or torchrun's SIGTERM, reaches every rank at once; a worker must outlive rank 0's
+    # drain, which ends with the shutdown word (or rank 0's exit, which the worker notices).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    group, model, cache = _start(rank, world)
     try:
-        group, setup = tp.join_worker(rank, world)
-        config = EngineConfig(**setup["config"])
-        _, model, _ = load_model(
-            setup["model_path"],
-            dtype=config.dtype,
-            device=group.device,
-            shard=partial(shard_weights, rank=rank, world=world),
-        )
-        cache = model.allocate_kv_cache(setup["num_blocks"], config.block_size)
-        model.reduce = group.all_reduce
-        tp.finish_worker_setup(group)
-        log.info("rank %d of %d: serving %s", rank, world, setup["model_path"])
         serve_forever(group, model, cache)
     except RuntimeError as exc:  # collectives fail this way when rank 0 dies or hangs up
-        log.error("rank %d: stopping: %s", rank, exc)
+        log.error("rank %d: lost rank 0, exiting: %s", rank, exc)
         return 1
     group.close(clean=True)
     log.info("rank %d: shut down by rank 0", rank)
     return 0
+
+
+def _start(rank: int, world: int) -> tuple[tp.Group, LlamaModel, PagedKvCache]:
+    group, setup = tp.join_worker(rank, world)
+    config = EngineConfig(**setup["config"])
+    _, model, _ = load_model(
+        setup["model_path"],
+        dtype=config.dtype,
+        device=group.device,
+        shard=partial(shard_weights, rank=rank, world=world),
+    )
+    cache = model.allocate_kv_cache(setup["num_blocks"], config.block_size)
+    model.reduce = group.all_reduce
+    tp.finish_worker_setup(group)
+    log.info("rank %d of %d: serving %s", rank, world, setup["model_path"])
+    return group, model, cache
 
 
 def main() -> int:
