@@ -62,11 +62,10 @@ def _seconds(name: str, default: float) -> timedelta:
 class Group:
     """This process's link to the other ranks; rank 0 sends, the workers receive."""
 
-    def __init__(self, rank: int, world: int, device: torch.device, procs: list) -> None:
+    def __init__(self, rank: int, device: torch.device, procs: list[subprocess.Popen]) -> None:
         self.rank = rank
-        self.world = world
         self.device = device  # where collective tensors live: NCCL needs them on the GPU
-        self.procs: list[subprocess.Popen] = procs  # workers this process spawned (rank 0)
+        self.procs = procs  # workers this process spawned (rank 0)
         self.serving: Any = None
 
     # --- rank 0 ---
@@ -138,7 +137,7 @@ def start_rank0(world: int, device: torch.device, setup: dict[str, Any]) -> Grou
         )
     else:
         procs, init_method = [], "env://"
-    group = Group(0, world, device, procs)
+    group = Group(0, device, procs)
     try:
         _while_alive(group, "joining", lambda: _init(device, init_method, 0, world))
         dist.broadcast_object_list([setup], src=0, device=_object_device(device))
@@ -156,7 +155,7 @@ def join_worker(rank: int, world: int) -> tuple[Group, dict[str, Any]]:
     _init(device, "env://", rank, world)
     box: list[Any] = [None]
     dist.broadcast_object_list(box, src=0, device=_object_device(device))
-    return Group(rank, world, device, []), box[0]
+    return Group(rank, device, []), box[0]
 
 
 def finish_worker_setup(group: Group) -> None:
