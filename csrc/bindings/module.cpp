@@ -10,6 +10,7 @@ void bind_scheduler(py::module_& m);
 void bind_testing(py::module_& m);
 void bind_block_manager(py::module_& m);
 void bind_cuda(py::module_& m);
+void bind_cpu_kernels(py::module_& m);
 }  // namespace met::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   met::bindings::bind_testing(m);
   met::bindings::bind_block_manager(m);
   met::bindings::bind_cuda(m);
+  met::bindings::bind_cpu_kernels(m);
 }

@@ -1,0 +1,62 @@
+// Binds the CPU kernels as _core.cpu: functions over raw addresses (tensor.data_ptr()) and
+// sizes, so torch never links into the extension; python/met/kernels/cpu_quant.py checks the
+// tensors' dtypes, shapes and contiguity before calling in. The GIL is released while the
+// kernel runs so that server threads keep going.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cpu/quant_matmul.h"
+
+namespace py = pybind11;
+
+namespace met::bindings {
+
+namespace {
+
+cpu::QType parse_qtype(const std::string& name) {
+  if (name == "Q8_0") return cpu::QType::kQ8_0;
+  if (name == "Q4_0") return cpu::QType::kQ4_0;
+  if (name == "Q4_1") return cpu::QType::kQ4_1;
+  throw py::value_error("qtype must be Q8_0, Q4_0 or Q4_1, not " + name);
+}
+
+cpu::Isa parse_isa(const std::string& name) {
+  for (const cpu::Isa isa :
+       {cpu::Isa::kAuto, cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
+    if (name == cpu::isa_name(isa)) return isa;
+  }
+  throw py::value_error("isa must be auto, scalar, avx2 or avx512vnni, not " + name);
+}
+
+}  // namespace
+
+void bind_cpu_kernels(py::module_& m) {
+  auto cpu = m.def_submodule("cpu", "CPU kernels on GGUF-quantized weights (raw pointers)");
+  cpu.def(
+      "best_isa", [] { return std::string(cpu::isa_name(cpu::best_isa())); },
+      "the SIMD path quant_matmul takes on this CPU");
+  cpu.def("isa_supported",
+          [](const std::string& isa) { return cpu::isa_supported(parse_isa(isa)); });
+  cpu.def("row_bytes", [](const std::string& qtype, int64_t k) {
+    if (k % cpu::kBlock != 0) throw py::value_error("K must be a multiple of 32");
+    return cpu::row_bytes(parse_qtype(qtype), k);
+  });
+  cpu.def(
+      "quant_matmul",
+      [](uintptr_t x, uintptr_t w, uintptr_t y, int64_t rows, int64_t n, int64_t k,
+         const std::string& qtype, int n_threads, const std::string& isa) {
+        const cpu::QType q = parse_qtype(qtype);
+        const cpu::Isa path = parse_isa(isa);
+        py::gil_scoped_release release;
+        cpu::quant_matmul(reinterpret_cast<const float*>(x), reinterpret_cast<const uint8_t*>(w),
+                          reinterpret_cast<float*>(y), rows, n, k, q, n_threads, path);
+      },
+      py::arg("x_ptr"), py::arg("w_ptr"), py::arg("y_ptr"), py::arg("M"), py::arg("N"),
+      py::arg("K"), py::arg("qtype"), py::arg("n_threads") = 0, py::arg("isa") = "auto",
+      "y[M, N] = x[M, K] @ W[N, K]^T; W in GGUF blocks, x and y dense fp32");
+}
+
+}  // namespace met::bindings

@@ -1,0 +1,236 @@
+// Dispatch, threading and the portable scalar path of quant_matmul (see quant_matmul.h).
+#include "quant_matmul.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "quant_matmul_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace met::cpu {
+
+namespace {
+
+// Output columns per scheduling unit: enough rows that a thread's weight slice stays in L1 while
+// it sweeps the activation tiles, few enough that two threads split even a 576-column matmul.
+constexpr int64_t kColumnsPerChunk = 16;
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// The quants of one block as integers, elements in order; the caller applies d (and m).
+void block_quants(QType q, const uint8_t* block, int32_t* out) {
+  if (q == QType::kQ8_0) {
+    for (int i = 0; i < kBlock; ++i) out[i] = static_cast<int8_t>(block[2 + i]);
+    return;
+  }
+  const uint8_t* qs = block + (q == QType::kQ4_1 ? 4 : 2);
+  for (int i = 0; i < kBlock / 2; ++i) {
+    out[i] = qs[i] & 0x0F;
+    out[i + kBlock / 2] = qs[i] >> 4;
+  }
+}
+
+}  // namespace
+
+size_t block_bytes(QType q) {
+  switch (q) {
+    case QType::kQ8_0:
+      return 2 + kBlock;
+    case QType::kQ4_0:
+      return 2 + kBlock / 2;
+    case QType::kQ4_1:
+      return 4 + kBlock / 2;
+  }
+  throw std::invalid_argument("unknown quantization type");
+}
+
+size_t row_bytes(QType q, int64_t k) { return block_bytes(q) * static_cast<size_t>(k / kBlock); }
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero and subnormals
+  } else if (exponent == 31) {
+    magnitude = mantissa ? NAN : INFINITY;
+  } else {
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &magnitude, 4);
+  bits |= sign;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
+  const size_t bb = block_bytes(q);
+  int32_t quants[kBlock];
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const uint8_t* block = row + b * bb;
+    const float d = fp16_to_fp32(load_u16(block));
+    const float m = q == QType::kQ4_1 ? fp16_to_fp32(load_u16(block + 2)) : 0.0f;
+    const int32_t offset = q == QType::kQ4_0 ? 8 : 0;
+    block_quants(q, block, quants);
+    for (int i = 0; i < kBlock; ++i) out[b * kBlock + i] = (quants[i] - offset) * d + m;
+  }
+}
+
+namespace detail {
+
+void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t row_end,
+                          QuantActs acts) {
+  const int64_t nb = k / kBlock;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* src = x + r * k + b * kBlock;
+      float amax = 0.0f;
+      for (int i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(src[i]));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int8_t* dst = acts.qs + r * k + b * kBlock;
+      int32_t sum = 0;
+      for (int i = 0; i < kBlock; ++i) {
+        // nearbyint rounds half to even, as the SIMD path's cvtps does.
+        dst[i] = static_cast<int8_t>(std::nearbyint(src[i] * inv));
+        sum += dst[i];
+      }
+      const float scale = amax / 127.0f;
+      acts.scale[r * nb + b] = scale;
+      acts.scaled_sum[r * nb + b] = scale * static_cast<float>(sum);
+    }
+  }
+}
+
+void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
+                        int64_t k, QType q, int64_t n_begin, int64_t n_end) {
+  const int64_t nb = k / kBlock;
+  const size_t bb = block_bytes(q);
+  int32_t quants[kBlock];
+  for (int64_t col = n_begin; col < n_end; ++col) {
+    const uint8_t* row = w + col * row_bytes(q, k);
+    for (int64_t r = 0; r < m; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* block = row + b * bb;
+        block_quants(q, block, quants);
+        const int8_t* a = acts.qs + r * k + b * kBlock;
+        int32_t dot = 0;
+        for (int i = 0; i < kBlock; ++i) dot += quants[i] * a[i];
+        const float d = fp16_to_fp32(load_u16(block));
+        acc += d * acts.scale[r * nb + b] * static_cast<float>(dot);
+        if (q == QType::kQ4_0) acc -= 8.0f * d * acts.scaled_sum[r * nb + b];
+        if (q == QType::kQ4_1)
+          acc += fp16_to_fp32(load_u16(block + 2)) * acts.scaled_sum[r * nb + b];
+      }
+      y[r * n + col] = acc;
+    }
+  }
+}
+
+}  // namespace detail
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kAuto:
+    case Isa::kScalar:
+      return true;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case Isa::kAvx512Vnni:
+      return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+#else
+    default:
+      return false;
+#endif
+  }
+  return false;
+}
+
+Isa best_isa() {
+  static const Isa best = isa_supported(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni
+                          : isa_supported(Isa::kAvx2)     ? Isa::kAvx2
+                                                          : Isa::kScalar;
+  return best;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAuto:
+      return "auto";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
+  }
+  return "unknown";
+}
+
+void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t n, int64_t k,
+                  QType q, int n_threads, Isa isa) {
+  if (m < 0 || n < 0 || k <= 0 || k % kBlock != 0) {
+    throw std::invalid_argument("quant_matmul: need M, N >= 0 and K a positive multiple of 32 (K=" +
+                                std::to_string(k) + ")");
+  }
+  block_bytes(q);  // rejects an out-of-range enum before any work
+  if (isa == Isa::kAuto) isa = best_isa();
+  if (!isa_supported(isa)) {
+    throw std::runtime_error(std::string("quant_matmul: this CPU lacks ") + isa_name(isa));
+  }
+  if (m == 0 || n == 0) return;
+
+  detail::QuantizeFn quantize = detail::quantize_rows_scalar;
+  detail::MatmulFn matmul = detail::matmul_rows_scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+  if (isa != Isa::kScalar) quantize = detail::quantize_rows_avx2;
+  if (isa == Isa::kAvx2) matmul = detail::matmul_rows_avx2;
+  if (isa == Isa::kAvx512Vnni) matmul = detail::matmul_rows_avx512vnni;
+#endif
+
+  const int64_t nb = k / kBlock;
+  std::vector<int8_t> qs(static_cast<size_t>(m * k));
+  std::vector<float> scales(static_cast<size_t>(2 * m * nb));
+  const detail::QuantActs acts{qs.data(), scales.data(), scales.data() + m * nb};
+  const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
+
+#ifdef _OPENMP
+  const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+#endif
+  {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t r = 0; r < m; ++r) quantize(x, k, r, r + 1, acts);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kColumnsPerChunk;
+      const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
+      matmul(acts, w, y, m, n, k, q, begin, end);
+    }
+  }
+#ifndef _OPENMP
+  (void)n_threads;
+#endif
+}
+
+}  // namespace met::cpu

@@ -1,0 +1,42 @@
+// Owns: y[M, N] = x[M, K] @ W[N, K]^T on the CPU with W kept in GGUF block layout (Q8_0, Q4_0,
+//   Q4_1), the dispatch between the scalar, AVX2 and AVX-512 VNNI paths, and the OpenMP threads.
+// Called by: csrc/bindings/cpu_kernels.cpp (python/met/kernels/cpu_quant.py's QuantLinear) and
+//   tests/cpp/test_quant_matmul.cc.
+// Invariants: K is a multiple of 32; each of W's N rows is K / 32 contiguous blocks, rows packed
+//   back to back (exactly a GGUF tensor's bytes); x and y are dense row-major fp32. Activations are
+//   quantized to int8 per 32-element block (scale max|x| / 127) before the integer dot products,
+//   so the result differs from a float dot product by about 1e-3 relative. Every path quantizes
+//   activations identically; paths differ only in float summation order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace met::cpu {
+
+enum class QType : int32_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2 };
+
+// kAuto picks the best path the running CPU supports.
+enum class Isa : int32_t { kAuto = 0, kScalar = 1, kAvx2 = 2, kAvx512Vnni = 3 };
+
+constexpr int64_t kBlock = 32;
+
+// Bytes of one 32-element block: fp16 scale (+ fp16 min for Q4_1) and the quants.
+size_t block_bytes(QType q);
+size_t row_bytes(QType q, int64_t k);
+
+Isa best_isa();
+bool isa_supported(Isa isa);
+const char* isa_name(Isa isa);
+
+float fp16_to_fp32(uint16_t h);
+
+// One row of W back to fp32: the plain reading of the format, used as the tests' reference.
+void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k);
+
+// Throws std::invalid_argument on bad sizes and std::runtime_error for an unsupported forced isa.
+// n_threads <= 0 means OpenMP's default.
+void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t n, int64_t k,
+                  QType q, int n_threads, Isa isa = Isa::kAuto);
+
+}  // namespace met::cpu

@@ -1,0 +1,43 @@
+// Owns: the contract between quant_matmul.cpp (dispatch, threads, scalar path) and the per-ISA
+//   translation units, which are compiled with their own -m flags and so share no inline code
+//   with the rest of the build (only plain data and extern "C++" functions cross this header).
+// Called by: quant_matmul.cpp, quant_matmul_avx2.cpp, quant_matmul_avx512.cpp.
+// Invariants: QuantActs rows are K / 32 blocks; qs holds M * K int8, scale and scaled_sum hold
+//   M * K / 32 floats each; scaled_sum = scale * sum(qs of the block), which turns the Q4 formats'
+//   constant term (-8 * d or m) into one multiply per block.
+#pragma once
+
+#include <cstdint>
+
+#include "quant_matmul.h"
+
+namespace met::cpu::detail {
+
+struct QuantActs {
+  int8_t* qs;
+  float* scale;
+  float* scaled_sum;
+};
+
+// Rows [row_begin, row_end) of x into acts.
+using QuantizeFn = void (*)(const float* x, int64_t k, int64_t row_begin, int64_t row_end,
+                            QuantActs acts);
+// Output columns [n_begin, n_end) for all M rows.
+using MatmulFn = void (*)(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
+                          int64_t k, QType q, int64_t n_begin, int64_t n_end);
+
+void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t row_end,
+                          QuantActs acts);
+void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
+                        int64_t k, QType q, int64_t n_begin, int64_t n_end);
+
+#if defined(__x86_64__) || defined(_M_X64)
+void quantize_rows_avx2(const float* x, int64_t k, int64_t row_begin, int64_t row_end,
+                        QuantActs acts);
+void matmul_rows_avx2(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
+                      int64_t k, QType q, int64_t n_begin, int64_t n_end);
+void matmul_rows_avx512vnni(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
+                            int64_t k, QType q, int64_t n_begin, int64_t n_end);
+#endif
+
+}  // namespace met::cpu::detail

@@ -1,0 +1,81 @@
+"""Linear layers on GGUF-quantized weights for the CPU: met._core.cpu.quant_matmul over tensors.
+
+A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0 or Q4_1) as a uint8 tensor and
+multiplies fp32 activations against them without dequantizing; activations are quantized to int8
+per 32-element block inside the kernel, so results differ from the dequantized float matmul by
+about 1e-3 relative.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+from torch import Tensor
+
+from met import _core
+
+QTYPES = ("Q8_0", "Q4_0", "Q4_1")
+
+
+class QuantLinear:
+    """y = x @ W^T with W [out_features, in_features] held as GGUF blocks, row after row."""
+
+    def __init__(self, blocks: Tensor, qtype: str, out_features: int, in_features: int) -> None:
+        if qtype not in QTYPES:
+            raise ValueError(f"qtype must be one of {QTYPES}, not {qtype!r}")
+        if in_features % 32:
+            raise ValueError(f"in_features must be a multiple of 32, got {in_features}")
+        expected = out_features * _core.cpu.row_bytes(qtype, in_features)
+        if blocks.dtype != torch.uint8 or blocks.device.type != "cpu":
+            raise ValueError("blocks must be a CPU uint8 tensor")
+        if blocks.numel() != expected:
+            raise ValueError(
+                f"{qtype} [{out_features}, {in_features}] needs {expected} bytes, "
+                f"got {blocks.numel()}"
+            )
+        self.blocks = blocks.contiguous().reshape(out_features, -1)
+        self.qtype = qtype
+        self.out_features = out_features
+        self.in_features = in_features
+
+    @classmethod
+    def from_float(cls, weight: Tensor, qtype: str) -> QuantLinear:
+        """Quantize a float [out, in] weight with gguf's reference quantizer."""
+        array = weight.detach().float().cpu().numpy()
+        packed = quantize(array, GGMLQuantizationType[qtype])
+        return cls(torch.from_numpy(np.ascontiguousarray(packed)), qtype, *weight.shape)
+
+    def dequantize(self) -> Tensor:
+        """The float weight these blocks stand for (gguf's reading of the format)."""
+        array = dequantize(self.blocks.numpy(), GGMLQuantizationType[self.qtype])
+        return torch.from_numpy(np.ascontiguousarray(array)).reshape(
+            self.out_features, self.in_features
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+    def __call__(self, x: Tensor, n_threads: int | None = None, isa: str = "auto") -> Tensor:
+        """x [..., in_features] fp32 on the CPU -> [..., out_features] fp32."""
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            raise ValueError(f"x must be a CPU float32 tensor, got {x.dtype} on {x.device}")
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"x has {x.shape[-1]} features, the weight takes {self.in_features}")
+        flat = x.reshape(-1, self.in_features).contiguous()
+        out = torch.empty(flat.shape[0], self.out_features, dtype=torch.float32)
+        threads = torch.get_num_threads() if n_threads is None else n_threads
+        _core.cpu.quant_matmul(
+            flat.data_ptr(),
+            self.blocks.data_ptr(),
+            out.data_ptr(),
+            flat.shape[0],
+            self.out_features,
+            self.in_features,
+            self.qtype,
+            threads,
+            isa,
+        )
+        return out.reshape(*x.shape[:-1], self.out_features)
