@@ -6,6 +6,7 @@ forward, with KV pages handed out by the C++ block manager (keyed by the sequenc
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,7 @@ class TorchBackend(_core.Backend):
         self._history: dict[int, list[int]] = {}
         # Prompt tokens each live sequence reused from the prefix cache, by request id.
         self.cached_tokens: dict[int, int] = {}
+        self.streams = _cuda_streams(model.device)
 
     # --- silent queries ---
     def vocab_size(self) -> int:
@@ -62,12 +64,27 @@ class TorchBackend(_core.Backend):
             seq.cached_len = cached
         return cached
 
-    # --- streams and events: one CPU/torch stream, so ids are labels only ---
+    # --- streams and events: real CUDA streams on a GPU; on the CPU the ids are labels only ---
     def create_stream(self) -> int:
-        return 1
+        return self.streams.create_stream() if self.streams else 1
 
     def create_event(self) -> int:
-        return 2
+        return self.streams.create_event() if self.streams else 2
+
+    def record_event(self, event: int, stream: int) -> None:
+        if self.streams:
+            self.streams.record_event(event, stream)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        if self.streams:
+            self.streams.stream_wait_event(stream, event)
+
+    def synchronize(self, stream: int) -> None:
+        if self.streams:
+            self.streams.synchronize(stream)
+
+    def _on(self, stream: int) -> AbstractContextManager:
+        return self.streams.use(stream) if self.streams else nullcontext()
 
     # --- sequences ---
     def alloc_sequence(self, seq: _core.Sequence) -> None:
@@ -98,31 +115,33 @@ class TorchBackend(_core.Backend):
     # --- forwards ---
     def prefill(self, seq: _core.Sequence, prompt: list[int], stream: int) -> None:
         start = seq.seq_len
-        self._forward([_Row(seq, list(prompt[start:]), start)])
+        self._forward([_Row(seq, list(prompt[start:]), start)], stream)
 
     def prefill_chunk(self, seq, prompt, start, length, last, stream) -> None:
-        self._forward([_Row(seq, list(prompt[start : start + length]), start)])
+        self._forward([_Row(seq, list(prompt[start : start + length]), start)], stream)
 
     def mixed_forward(self, decode_seqs, decode_tokens, prefill_slice, stream) -> None:
-        self._forward(self._decode_rows(decode_seqs, decode_tokens) + [_slice_row(prefill_slice)])
+        rows = self._decode_rows(decode_seqs, decode_tokens) + [_slice_row(prefill_slice)]
+        self._forward(rows, stream)
 
     def mixed_forward_batch(self, decode_seqs, decode_tokens, slices, stream) -> None:
         rows = self._decode_rows(decode_seqs, decode_tokens)
-        self._forward(rows + [_slice_row(s) for s in slices])
+        self._forward(rows + [_slice_row(s) for s in slices], stream)
 
     def prefill_batch_chunk(self, slices, stream) -> None:
-        self._forward([_slice_row(s) for s in slices])
+        self._forward([_slice_row(s) for s in slices], stream)
 
     def decode_batch(self, tokens, seqs, stream) -> None:
-        self._forward(self._decode_rows(seqs, tokens))
+        self._forward(self._decode_rows(seqs, tokens), stream)
 
     @staticmethod
     def _decode_rows(seqs, tokens) -> list[_Row]:
         return [_Row(seq, [int(tok)], seq.seq_len) for seq, tok in zip(seqs, tokens, strict=True)]
 
-    def _forward(self, rows: list[_Row]) -> None:
+    def _forward(self, rows: list[_Row], stream: int) -> None:
         tables = [self._reserve(row) for row in rows]
-        self._logits = self._run_model(self._pack(rows, tables))
+        with self._on(stream):
+            self._logits = self._run_model(self._pack(rows, tables))
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 
@@ -180,10 +199,12 @@ class TorchBackend(_core.Backend):
 
     # --- readback ---
     def argmax_on_device(self, row: int, stream: int) -> int:
-        return int(self._logits[row].argmax())
+        with self._on(stream):
+            return int(self._logits[row].argmax())
 
     def argmax_batch(self, row: int, n: int, stream: int) -> list[int]:
-        return self._logits[row : row + n].argmax(dim=-1).tolist()
+        with self._on(stream):
+            return self._logits[row : row + n].argmax(dim=-1).tolist()
 
     def copy_logits_to_host(self, row: int, n: int) -> None:
         """Sampling runs where the logits already live; nothing to copy."""
@@ -209,3 +230,12 @@ def _sample_spec(row: _core.SampleRow, history: list[int]) -> SampleSpec:
         mask_stop=row.mask_stop,
         stop_tokens=list(row.stop_tokens),
     )
+
+
+def _cuda_streams(device: torch.device):
+    """The core's decode/prefill streams and event on a GPU built with CUDA; None elsewhere."""
+    if device.type != "cuda" or not _core.has_cuda():
+        return None
+    from met.kernels.cuda_streams import CudaStreams
+
+    return CudaStreams(device.index or 0)
