@@ -179,32 +179,21 @@ def test_stop_string_chat_stream(client) -> None:
 
 
 def test_sampling_parameters_accepted(client) -> None:
-    out = client.completions.create(
-        model=_model(client),
-        prompt=PROMPT,
-        max_tokens=8,
-        temperature=0.8,
-        top_p=0.9,
-        seed=3,
-        presence_penalty=0.5,
-        frequency_penalty=0.5,
-        logit_bias={"13": -100},
-        user="tester",
-        extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1},
-    )
-    again = client.completions.create(
-        model=_model(client),
-        prompt=PROMPT,
-        max_tokens=8,
-        temperature=0.8,
-        top_p=0.9,
-        seed=3,
-        presence_penalty=0.5,
-        frequency_penalty=0.5,
-        logit_bias={"13": -100},
-        user="tester",
-        extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1},
-    )
+    request = {
+        "model": _model(client),
+        "prompt": PROMPT,
+        "max_tokens": 8,
+        "temperature": 0.8,
+        "top_p": 0.9,
+        "seed": 3,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+        "logit_bias": {"13": -100},
+        "user": "tester",
+        "extra_body": {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1},
+    }
+    out = client.completions.create(**request)
+    again = client.completions.create(**request)
     assert out.choices[0].text == again.choices[0].text  # same seed, same text
 
 
