@@ -12,7 +12,9 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from met.kernels.cpu_quant import QTYPES, QuantLinear
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+from met.model.linear import Weight
 
 SUPPORTED_TYPES = {
     GGMLQuantizationType.F32,
@@ -50,6 +52,8 @@ _LAYER_NAMES = {
     "ffn_down.weight": "w_down",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
+# Weights a matmul reads (the embedding too: tied, it is the lm_head), so keepable as blocks.
+_LINEAR_SUFFIXES = (".wq", ".wk", ".wv", ".wo", ".w_gate", ".w_up", ".w_down", "embed", "lm_head")
 
 
 def open_gguf(path: str | Path) -> GGUFReader:
@@ -175,32 +179,54 @@ def _canonical_name(gguf_name: str) -> str | None:
 
 
 def iter_weights(
-    reader: GGUFReader, config: ModelConfig, path: Path, dtype: torch.dtype
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time."""
+    reader: GGUFReader,
+    config: ModelConfig,
+    path: Path,
+    dtype: torch.dtype,
+    keep_blocks: bool = False,
+) -> Iterator[tuple[str, Weight]]:
+    """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
+
+    With keep_blocks, linear weights stored as Q8_0/Q4_0/Q4_1 come as QuantLinear over a copy
+    of their block bytes instead."""
     permuted = config.architecture in _PERMUTED_ARCHS
     for tensor in reader.tensors:
         name = _canonical_name(tensor.name)
         if name is None:
             continue  # rope_freqs is read into the config; anything else is not ours to run
-        weight = torch.from_numpy(_dequantize(tensor, path))
+        blocks = keep_blocks and _blockwise(name, tensor)
+        # A quantized tensor's data is [rows, row bytes]: each row holds whole blocks along K,
+        # so moving rows (the Q/K un-permutation) is exact on the bytes too.
+        weight = torch.from_numpy(np.array(tensor.data) if blocks else _dequantize(tensor, path))
         if permuted and name.endswith((".wq", ".bq")):
             weight = unpermute_rows(weight, config.n_heads)
         elif permuted and name.endswith((".wk", ".bk")):
             weight = unpermute_rows(weight, config.n_kv_heads)
-        yield name, weight.to(dtype)
+        if blocks:
+            qtype = tensor.tensor_type.name
+            yield name, QuantLinear(weight, qtype, weight.shape[0], int(tensor.shape[0]))
+        else:
+            yield name, weight.to(dtype)
+
+
+def _blockwise(name: str, tensor: Any) -> bool:
+    return name.endswith(_LINEAR_SUFFIXES) and tensor.tensor_type.name in QTYPES
 
 
 def load_gguf(
-    path: str | Path, dtype: torch.dtype = torch.float32, reader: GGUFReader | None = None
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """ModelConfig and canonical weights (CPU, `dtype`); Q/K rows in rotate-half order."""
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    reader: GGUFReader | None = None,
+    keep_blocks: bool = False,
+) -> tuple[ModelConfig, dict[str, Weight]]:
+    """ModelConfig and canonical weights (CPU, `dtype`, or QuantLinear blocks with
+    keep_blocks); Q/K rows in rotate-half order."""
     path = Path(path)
     reader = reader or open_gguf(path)
     config = read_config(reader, path)
     for tensor in reader.tensors:
         if tensor.name == "rope_freqs.weight":
             config.rope_freq_factors = [float(x) for x in _dequantize(tensor, path).reshape(-1)]
-    weights = dict(iter_weights(reader, config, path, dtype))
+    weights = dict(iter_weights(reader, config, path, dtype, keep_blocks))
     check_weights(weights, config, path)
     return config, weights

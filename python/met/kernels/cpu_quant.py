@@ -54,6 +54,23 @@ class QuantLinear:
             self.out_features, self.in_features
         )
 
+    @classmethod
+    def concat(cls, parts: list[QuantLinear]) -> QuantLinear:
+        """Stack the output rows of weights sharing a format and an input width: GGUF rows are
+        self-contained runs of blocks along K, so row concatenation is exact."""
+        first = parts[0]
+        if any((p.qtype, p.in_features) != (first.qtype, first.in_features) for p in parts):
+            raise ValueError("concat needs one qtype and one in_features across the parts")
+        blocks = torch.cat([p.blocks for p in parts])
+        return cls(blocks, first.qtype, blocks.shape[0], first.in_features)
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Float32 rows [len(ids), in_features]: an embedding lookup that dequantizes only the
+        rows it reads, so a tied embedding needs no float copy of the table."""
+        picked = self.blocks[ids.cpu()].numpy()
+        array = dequantize(picked, GGMLQuantizationType[self.qtype])
+        return torch.from_numpy(np.ascontiguousarray(array)).reshape(-1, self.in_features)
+
     @property
     def nbytes(self) -> int:
         return self.blocks.numel()

@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
+from met.model.linear import Weight, embedding, fuse_rows, linear
 
 IntArray = Tensor | np.ndarray | Sequence[int]
 
@@ -86,12 +88,14 @@ class LlamaModel:
 
     Takes ownership of `weights` (canonical names, see model/config.py): each tensor is popped as
     it is moved and fused, so loading never holds two full copies. Pass a copy to keep the dict.
+    Linear weights (and the embedding) may be QuantLinear blocks, which run on the CPU in
+    float32 only.
     """
 
     def __init__(
         self,
         config: ModelConfig,
-        weights: dict[str, Tensor],
+        weights: dict[str, Weight],
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         max_positions: int | None = None,
@@ -104,8 +108,16 @@ class LlamaModel:
         # attention and MLP outputs with the other ranks' (an all-reduce); None when alone.
         self.reduce: Callable[[Tensor], Tensor] | None = None
 
-        def take(name: str) -> Tensor:
-            return weights.pop(name).to(device=self.device, dtype=dtype)
+        def take(name: str) -> Weight:
+            weight = weights.pop(name)
+            if not isinstance(weight, QuantLinear):
+                return weight.to(device=self.device, dtype=dtype)
+            if self.device.type != "cpu" or dtype != torch.float32:
+                raise ValueError(
+                    f"{name}: quantized (gguf) weights run on the CPU in float32, not "
+                    f"{str(dtype).removeprefix('torch.')} on {self.device}"
+                )
+            return weight
 
         self.embed = take("embed")
         self.lm_head = take("lm_head") if "lm_head" in weights else self.embed
@@ -113,7 +125,7 @@ class LlamaModel:
         self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
         self._rope_tables(max_positions or config.context_length)
 
-    def _fuse_layer(self, weights: dict[str, Tensor], i: int, take) -> dict[str, Tensor | None]:
+    def _fuse_layer(self, weights: dict[str, Weight], i: int, take) -> dict[str, Weight | None]:
         # One QKV and one gate/up matmul per layer instead of five: per-op overhead dominates
         # small-batch decode on the CPU.
         p = f"layers.{i}."
@@ -122,13 +134,16 @@ class LlamaModel:
             bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
         return {
             "attn_norm": take(p + "attn_norm"),
-            "wqkv": torch.cat([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
+            "wqkv": self._fuse([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
             "bqkv": bias,
             "wo": take(p + "wo"),
             "mlp_norm": take(p + "mlp_norm"),
-            "w_gate_up": torch.cat([take(p + "w_gate"), take(p + "w_up")]),
+            "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
             "w_down": take(p + "w_down"),
         }
+
+    def _fuse(self, parts: list[Weight]) -> Weight:
+        return fuse_rows(parts, self.dtype, self.device)
 
     def _rope_tables(self, max_positions: int) -> None:
         inv_freq = torch.tensor(self.config.inv_freq(), dtype=torch.float64)
@@ -167,19 +182,19 @@ class LlamaModel:
             raise ValueError(f"position {int(pos.max())} is past the RoPE table")
         plan = self._plan(cache, block_tables, seq_lens, cu_seqlens)
         cos, sin = self.cos[pos], self.sin[pos]
-        x = F.embedding(ids, self.embed)
+        x = embedding(ids, self.embed)
         for i, layer in enumerate(self.layers):
             x = self._layer(x, layer, cache.layer_slots(i), slots, cos, sin, plan)
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
         h = F.rms_norm(x[rows], (x.shape[-1],), self.norm, self.config.norm_eps)
-        return F.linear(h, self.lm_head).float()
+        return linear(h, self.lm_head).float()
 
     __call__ = forward
 
     def _layer(
         self,
         x: Tensor,
-        w: dict[str, Tensor | None],
+        w: dict[str, Weight | None],
         kv: tuple[Tensor, Tensor],
         slots: Tensor,
         cos: Tensor,
@@ -189,7 +204,7 @@ class LlamaModel:
         c = self.config
         n_tok, q_width, kv_width = x.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         h = F.rms_norm(x, (x.shape[-1],), w["attn_norm"], c.norm_eps)
-        qkv = F.linear(h, w["wqkv"], w["bqkv"])
+        qkv = linear(h, w["wqkv"], w["bqkv"])
         # Q and K rotate together as one [T, n_heads + n_kv_heads, head_dim] tensor.
         qk = _rotate(qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim), cos, sin)
         q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
@@ -198,10 +213,10 @@ class LlamaModel:
         k_cache.index_copy_(0, slots, k)
         v_cache.index_copy_(0, slots, v)
         attn = self._attention(q, k, v, k_cache, v_cache, plan)
-        x = x + self._reduced(F.linear(attn, w["wo"]))
+        x = x + self._reduced(linear(attn, w["wo"]))
         h = F.rms_norm(x, (x.shape[-1],), w["mlp_norm"], c.norm_eps)
-        gate, up = F.linear(h, w["w_gate_up"]).chunk(2, dim=-1)
-        return x + self._reduced(F.linear(F.silu(gate) * up, w["w_down"]))
+        gate, up = linear(h, w["w_gate_up"]).chunk(2, dim=-1)
+        return x + self._reduced(linear(F.silu(gate) * up, w["w_down"]))
 
     def _reduced(self, partial: Tensor) -> Tensor:
         return partial if self.reduce is None else self.reduce(partial)
