@@ -38,6 +38,12 @@ def test_settings_precedence_flag_over_env_over_file(tmp_path) -> None:
     assert load_settings(["--config", str(config)], env={}).port == 9001
 
 
+def test_settings_weight_format_reaches_the_engine() -> None:
+    assert load_settings([], env={}).engine.weight_format == "dequantized"
+    assert load_settings(["--weight-format", "gguf"], env={}).engine.weight_format == "gguf"
+    assert load_settings([], env={"MET_WEIGHT_FORMAT": "gguf"}).engine.weight_format == "gguf"
+
+
 @pytest.mark.parametrize(
     ("env", "content"),
     [
@@ -45,6 +51,7 @@ def test_settings_precedence_flag_over_env_over_file(tmp_path) -> None:
         ({"MET_PORT": "70000"}, None),
         ({"MET_NO_TUI": "maybe"}, None),
         ({"MET_DTYPE": "int4"}, None),
+        ({"MET_WEIGHT_FORMAT": "q4"}, None),
         ({"MET_MAX_NUM_SEQS": "0"}, None),
         ({}, "colour = 'blue'\n"),
         ({}, "port = '8000'\n"),

@@ -43,6 +43,7 @@ class EngineCore:
             device=config.device,
             progress=progress,
             shard=_rank0_shard(config.tensor_parallel_size),
+            weight_format=config.weight_format,
         )
         self.max_model_len = min(
             config.max_model_len or self.model_config.context_length,

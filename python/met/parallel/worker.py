@@ -120,6 +120,7 @@ def _start(rank: int, world: int) -> tuple[tp.Group, LlamaModel, PagedKvCache]:
         dtype=config.dtype,
         device=group.device,
         shard=partial(shard_weights, rank=rank, world=world),
+        weight_format=config.weight_format,
     )
     cache = model.allocate_kv_cache(setup["num_blocks"], config.block_size)
     model.reduce = group.all_reduce

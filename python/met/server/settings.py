@@ -20,6 +20,7 @@ ENV_PREFIX = "MET_"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+WEIGHT_FORMATS = ("dequantized", "gguf")  # met.models.WEIGHT_FORMATS, without importing torch
 
 
 class SettingsError(ValueError):
@@ -64,6 +65,13 @@ _OPTIONS = (
     ),
     _Option("dtype", str, "weight and activation dtype", True, choices=DTYPES),
     _Option("device", str, "device to run on", True, choices=DEVICES),
+    _Option(
+        "weight_format",
+        str,
+        "gguf: keep Q8_0/Q4_0/Q4_1 weights quantized (CPU, float32)",
+        True,
+        choices=WEIGHT_FORMATS,
+    ),
     _Option("max_queue", int, "waiting requests before answering 503", True, minimum=1),
     _Option("tensor_parallel_size", int, "ranks to split the model over", True, minimum=1),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
