@@ -1,0 +1,172 @@
+"""met's offline API (met.LLM) beside llama.cpp (llama-cpp-python) on the same GGUF file.
+
+Prefill of a 512-token prompt (tokens/s) and decode at batch 1, 8 and 32 (aggregate tokens/s),
+medians of --runs runs with their spread (max - min). met runs the file three ways: dequantized
+fp32, dequantized bf16, and gguf (Q8_0/Q4_0/Q4_1 weights kept quantized); the ratios compare met
+gguf with llama.cpp on the same file, the same weight format. Never asserts.
+
+    PYTHONPATH=python python benchmarks/offline.py [--model FILE] [--json FILE]
+
+llama.cpp: llama-cpp-python's high-level API runs one sequence, so it gives prefill and batch-1
+decode here; its batched decode figures stay null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import met
+from met.models import resolve_model
+from met.sampling import SamplingParams
+
+PREFILL = 512
+DECODE_TOKENS = 32
+BATCHES = (1, 8, 32)
+MET_VARIANTS = {
+    "met fp32": {"dtype": "float32", "weight_format": "dequantized"},
+    "met bf16": {"dtype": "bfloat16", "weight_format": "dequantized"},
+    "met gguf": {"dtype": "float32", "weight_format": "gguf"},
+}
+RATIO_ROW = "met gguf"
+Figure = dict[str, float]  # median, spread
+
+
+def _summary(samples: list[float]) -> Figure:
+    return {"median": statistics.median(samples), "spread": max(samples) - min(samples)}
+
+
+def _repeat(measure: Callable[[], float], runs: int) -> Figure:
+    measure()  # warm-up: first-call allocations and thread pools
+    return _summary([measure() for _ in range(runs)])
+
+
+def _prompt_ids(vocab: int, length: int, seed: int) -> list[int]:
+    # Ordinary-text ids: past the control tokens at the start of the vocabulary.
+    return [100 + (seed * 7919 + i * 104729) % (vocab - 100) for i in range(length)]
+
+
+def _met_figures(model: str, options: dict, runs: int) -> dict[str, Figure]:
+    llm = met.LLM(
+        model=model,
+        max_num_seqs=max(BATCHES),
+        max_prefill_tokens=PREFILL,
+        max_model_len=PREFILL + DECODE_TOKENS + 64,
+        enable_prefix_cache=False,  # repeated prompts must be computed again, not looked up
+        **options,
+    )
+    vocab = llm.engine.model_config.vocab
+
+    def timed(prompts: list[list[int]], max_tokens: int) -> float:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        start = time.perf_counter()
+        llm.generate(prompt_token_ids=prompts, sampling_params=params)
+        return time.perf_counter() - start
+
+    long_prompt = [_prompt_ids(vocab, PREFILL, 0)]
+    figures = {"prefill_512": _repeat(lambda: PREFILL / timed(long_prompt, 1), runs)}
+    for batch in BATCHES:
+        prompts = [_prompt_ids(vocab, 16, seed) for seed in range(batch)]
+
+        def decode_rate(prompts: list[list[int]] = prompts) -> float:
+            # The same prompts with one token and with 1 + DECODE_TOKENS: the difference is
+            # decode alone, prefill and the first token cancel.
+            elapsed = timed(prompts, 1 + DECODE_TOKENS) - timed(prompts, 1)
+            return len(prompts) * DECODE_TOKENS / elapsed
+
+        figures[f"decode_b{batch}"] = _repeat(decode_rate, runs)
+    llm.close()
+    return figures
+
+
+def _llama_cpp_figures(model: str, runs: int) -> dict[str, Figure | None] | None:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    llm = Llama(
+        model_path=model,
+        n_ctx=PREFILL + DECODE_TOKENS + 64,
+        n_batch=PREFILL,
+        n_threads=os.cpu_count(),
+        verbose=False,
+    )
+    prompt = _prompt_ids(llm.n_vocab(), PREFILL, 0)
+
+    def prefill() -> float:
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(prompt)
+        return PREFILL / (time.perf_counter() - start)
+
+    def decode() -> float:
+        llm.reset()
+        llm.eval(prompt[:16])
+        start = time.perf_counter()
+        for token in prompt[16 : 16 + DECODE_TOKENS]:
+            llm.eval([token])
+        return DECODE_TOKENS / (time.perf_counter() - start)
+
+    figures: dict[str, Figure | None] = {"prefill_512": _repeat(prefill, runs)}
+    figures["decode_b1"] = _repeat(decode, runs)
+    figures.update({f"decode_b{b}": None for b in BATCHES if b != 1})
+    return figures
+
+
+def _ratios(ours: dict[str, Figure], peer: dict[str, Figure | None] | None) -> dict:
+    keys = ["prefill_512"] + [f"decode_b{b}" for b in BATCHES]
+    if peer is None:
+        return dict.fromkeys(keys)
+    return {k: None if peer.get(k) is None else ours[k]["median"] / peer[k]["median"] for k in keys}
+
+
+def _print_table(results: dict[str, dict | None], ratios: dict) -> None:
+    keys = ["prefill_512"] + [f"decode_b{b}" for b in BATCHES]
+    print("| engine | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for engine, figures in results.items():
+        if figures is None:
+            continue
+        cells = [
+            "-"
+            if figures.get(k) is None
+            else f"{figures[k]['median']:.0f} ±{figures[k]['spread']:.0f}"
+            for k in keys
+        ]
+        print(f"| {engine} | " + " | ".join(cells) + " |")
+    shown = ["-" if ratios[k] is None else f"{ratios[k]:.2f}x" for k in keys]
+    print(f"| {RATIO_ROW} / llama.cpp | " + " | ".join(shown) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="GGUF file (default: the default model)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", metavar="FILE", default=None)
+    args = parser.parse_args()
+    model = str(resolve_model(args.model))
+    print(f"model {model}; tokens/s, median ±spread (max - min) of {args.runs} runs")
+    results: dict[str, dict | None] = {}
+    for name, options in MET_VARIANTS.items():
+        results[name] = _met_figures(model, options, args.runs)
+        print(f"{name}: {json.dumps(results[name])}", flush=True)
+    results["llama.cpp"] = _llama_cpp_figures(model, args.runs)
+    if results["llama.cpp"] is None:
+        print("llama.cpp: not installed (pip install 'met[bench]')")
+    ratios = _ratios(results[RATIO_ROW], results["llama.cpp"])
+    _print_table(results, ratios)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"model": model, "runs": args.runs, "engines": results, "ratios": ratios},
+                f,
+                indent=2,
+            )
+
+
+if __name__ == "__main__":
+    main()
