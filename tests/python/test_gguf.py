@@ -11,7 +11,9 @@ import torch
 from model_fixtures import random_weights, tiny_config
 
 from met.gguf_loader import load_gguf
+from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelLoadError
+from met.models import load_model
 from met.tokenizer import Tokenizer, byte_level_bytes
 
 Q = gguf.GGMLQuantizationType
@@ -192,3 +194,19 @@ def test_sentencepiece_vocab(tmp_path):
     assert tok.encode("hello", add_special=True)[0] == 1  # this vocab asks for BOS
     assert tok.decode(tok.encode("hé")) == " hé"  # é through <0xC3><0xA9> byte fallback
     assert tok.decode([1, *ids]) == " hello world"
+
+
+@pytest.mark.parametrize(("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False)])
+def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, qtype, tied=tied)
+    # auto: a GGUF file on the CPU keeps its blocks, unless a dtype is asked for.
+    _, quant, _ = load_model(path, device="cpu", weight_format="auto")
+    _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
+    assert isinstance(quant.lm_head, QuantLinear) and (quant.lm_head is quant.embed) == tied
+    for name in ("wqkv", "wo", "w_gate_up", "w_down"):
+        kept, reference = quant.layers[1][name], dense.layers[1][name]
+        assert isinstance(kept, QuantLinear) and isinstance(reference, torch.Tensor)
+        # Exact: un-permuting Q/K and fusing move whole rows of blocks.
+        assert torch.equal(kept.dequantize(), reference), name
+    assert torch.equal(quant.lm_head.dequantize(), dense.lm_head)

@@ -20,7 +20,11 @@ ENV_PREFIX = "MET_"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
-WEIGHT_FORMATS = ("dequantized", "gguf")  # met.models.WEIGHT_FORMATS, without importing torch
+WEIGHT_FORMATS = (
+    "auto",
+    "dequantized",
+    "gguf",
+)  # met.models.WEIGHT_FORMATS, without importing torch
 
 
 class SettingsError(ValueError):
@@ -68,7 +72,7 @@ _OPTIONS = (
     _Option(
         "weight_format",
         str,
-        "gguf: keep Q8_0/Q4_0/Q4_1 weights quantized (CPU, float32)",
+        "gguf: keep Q8_0/Q4_0/Q4_1 weights quantized (CPU, float32); auto: gguf on the CPU",
         True,
         choices=WEIGHT_FORMATS,
     ),
