@@ -20,7 +20,7 @@ from met.engine.torch_backend import TorchBackend
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
-_KV_BUDGET_BYTES = 1 << 30  # default KV pool: 1 GiB, at least one full context
+_KV_BUDGET_BYTES = 1 << 30  # default GPU KV pool: 1 GiB, at least one full context
 
 
 @dataclass
@@ -70,7 +70,15 @@ class EngineCore:
         per_block = per_token * self.config.block_size
         one_context = math.ceil(self.max_model_len / self.config.block_size) + 1
         wanted = one_context * self.config.max_num_seqs
-        return max(one_context, min(wanted, _KV_BUDGET_BYTES // per_block))
+        return max(one_context, min(wanted, self._kv_budget_bytes() // per_block))
+
+    def _kv_budget_bytes(self) -> int:
+        # The CPU pool is committed page by page as it is written (PagedKvCache), so it may be
+        # sized for every sequence's full context within a share of RAM; a GPU pool is real
+        # memory up front.
+        if self.model.device.type != "cpu":
+            return _KV_BUDGET_BYTES
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
 
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:

@@ -7,6 +7,8 @@ single-token rows share one batched attention call.
 
 from __future__ import annotations
 
+import math
+import mmap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +45,8 @@ class PagedKvCache:
         device: torch.device | str = "cpu",
     ) -> PagedKvCache:
         shape = (config.n_layers, num_blocks, block_size, config.n_kv_heads, config.head_dim)
+        if torch.device(device).type == "cpu":
+            return cls(_lazy_zeros(shape, dtype), _lazy_zeros(shape, dtype))
         return cls(
             torch.zeros(shape, dtype=dtype, device=device),
             torch.zeros(shape, dtype=dtype, device=device),
@@ -319,3 +323,14 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    """Zeroed CPU memory that the OS commits page by page as it is first written.
+
+    An anonymous mapping is zero by contract and costs resident memory only where KV blocks have
+    been written, so a pool sized for every sequence's full context is cheap until it is used.
+    """
+    count = math.prod(shape)
+    nbytes = count * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=count).view(shape)
