@@ -125,21 +125,23 @@ class LLM:
         for tokens, p in zip(token_lists, params, strict=True):
             self.engine.check_request(tokens, p)  # all or nothing: reject before any runs
         results: list[RequestOutput] = []
-        slots: dict[str, CompletionOutput] = {}
+        slots: dict[str, tuple[RequestOutput, CompletionOutput]] = {}
         for tokens, p in zip(token_lists, params, strict=True):
-            outputs = [CompletionOutput(index=i) for i in range(p.n)]
-            results.append(RequestOutput(self._next_name(), tokens, outputs, {}))
-            for i, out in enumerate(outputs):
-                name = f"{results[-1].request_id}-{i}"
+            result = RequestOutput(self._next_name(), tokens, [], {})
+            results.append(result)
+            for i in range(p.n):
+                result.outputs.append(CompletionOutput(index=i))
+                name = f"{result.request_id}-{i}"
                 self.engine.add_request(name, tokens, _nth(p, i))
-                slots[name] = out
+                slots[name] = (result, result.outputs[-1])
         pending = set(slots)
         while pending and self.engine.has_work():
             for delta in self.engine.step():
-                _apply(slots[delta.request_id], delta)
+                result, out = slots[delta.request_id]
+                _apply(out, delta)
                 if delta.finished:
                     pending.discard(delta.request_id)
-                    _add_usage(results, delta)
+                    _add_usage(result.usage, delta)
         return results
 
 
@@ -169,12 +171,8 @@ def _apply(out: CompletionOutput, delta: CompletionDelta) -> None:
         out.finish_reason = delta.finish_reason
 
 
-def _add_usage(results: list[RequestOutput], delta: CompletionDelta) -> None:
-    owner = delta.request_id.rsplit("-", 1)[0]
-    for result in results:
-        if result.request_id == owner:
-            usage = result.usage
-            usage["prompt_tokens"] = delta.prompt_tokens
-            usage["completion_tokens"] = usage.get("completion_tokens", 0) + delta.completion_tokens
-            usage["cached_tokens"] = max(usage.get("cached_tokens", 0), delta.cached_tokens)
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+def _add_usage(usage: dict[str, int], delta: CompletionDelta) -> None:
+    usage["prompt_tokens"] = delta.prompt_tokens
+    usage["completion_tokens"] = usage.get("completion_tokens", 0) + delta.completion_tokens
+    usage["cached_tokens"] = max(usage.get("cached_tokens", 0), delta.cached_tokens)
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]

@@ -58,7 +58,6 @@ class TorchBackend(_core.Backend):
         self.cached_tokens[seq.session_hash] = cached
         if cached:
             self._history[seq.session_hash] = list(prompt[:cached])
-            seq.tokens = prompt[:cached]
             seq.seq_len = cached
             seq.block_table = self.blocks.table(seq.session_hash)
             seq.cached_len = cached
@@ -186,12 +185,12 @@ class TorchBackend(_core.Backend):
         return self.blocks.table(seq_id)
 
     def _advance(self, row: _Row, table: list[int]) -> None:
+        # The token history lives here only (the sampler's penalties read it); nothing in the core
+        # reads Sequence.tokens for this backend, so it is not copied across every step.
         seq_id = row.seq.session_hash
         history = self._history.setdefault(seq_id, [])
-        del history[row.start :]
         history.extend(row.tokens)
         row.seq.seq_len = len(history)
-        row.seq.tokens = history
         row.seq.block_table = table
         block_size = self.blocks.block_size()
         if len(history) // block_size > row.start // block_size:
