@@ -102,6 +102,41 @@ TEST_P(QuantMatmul, MatchesDequantizedReferenceOnEveryPath) {
   }
 }
 
+TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
+  // A row's output must not depend on M, on the rows tiled with it, or on which column chunk or
+  // thread computes it: batched decode and prefill then agree with batch-1 runs bit for bit.
+  // K = 1280 is 40 blocks: more than one scale-table segment and a partial 8-block group; N = 37
+  // leaves a partial column tile in the last chunk.
+  const QType q = GetParam();
+  const int64_t n = 37, k = 1280, max_m = 512;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto w = random_weights(q, n, k, rng);
+  std::vector<float> x(max_m * k);
+  for (auto& v : x) v = normal(rng);
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> single(max_m * n);
+    for (int64_t r = 0; r < max_m; ++r) {
+      quant_matmul(x.data() + r * k, w.data(), single.data() + r * n, 1, n, k, q, 1, isa);
+    }
+    std::vector<int64_t> batches;
+    for (int64_t m = 1; m <= 40; ++m) batches.push_back(m);
+    batches.push_back(max_m);
+    for (const int64_t m : batches) {
+      // Batches start at varying rows so each row meets different neighbours in its tile.
+      const int64_t first = (m * 7) % (max_m - m + 1);
+      std::vector<float> y(m * n);
+      quant_matmul(x.data() + first * k, w.data(), y.data(), m, n, k, q, 2, isa);
+      for (int64_t r = 0; r < m; ++r) {
+        ASSERT_EQ(std::memcmp(y.data() + r * n, single.data() + (first + r) * n, n * sizeof(float)),
+                  0)
+            << isa_name(isa) << " m=" << m << " row " << first + r;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
                          ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1));
 
