@@ -1,0 +1,41 @@
+// Owns: causal paged attention over one layer's fp32 KV pool on the CPU (decode rows and prefill
+//   chunks in one packed batch, grouped-query heads), with no torch and no allocation per call.
+// Called by: the C++ model layer loop, csrc/bindings/cpu_kernels.cpp (_core.cpu.paged_attention)
+//   and tests/cpp/test_cpu_attention.cc.
+// Invariants: batch invariant bit for bit: a query's output depends only on its own q, its
+//   position and the keys/values it attends to (never on the other rows, on its row's q_len or on
+//   the thread that ran it), because every (query token, kv head) item sums keys block by block in
+//   position order with a running max and sum, in a fixed order per head. The result depends on
+//   the SIMD path picked at start-up (fixed for the process). Nothing is validated here: the caller
+//   guarantees the shapes, block tables and that n_heads is a multiple of n_kv_heads.
+#pragma once
+
+#include <cstdint>
+
+namespace met::cpu {
+
+struct AttnRows {
+  int64_t n_rows;
+  const int32_t* cu_seqlens;    // [n_rows + 1] packed index of each row's first query token
+  const int32_t* seq_lens;      // [n_rows] context length of the row INCLUDING this step's tokens
+  const int32_t* block_tables;  // [n_rows, table_stride] block ids
+  int64_t table_stride;
+};
+
+struct AttnShape {
+  int64_t n_heads, n_kv_heads, head_dim, block_size;
+  float scale;  // usually 1/sqrt(head_dim)
+};
+
+// q: [T, n_heads, head_dim] fp32 (T = cu_seqlens[n_rows]); k_cache, v_cache: ONE layer's pool,
+// [num_blocks, block_size, n_kv_heads, head_dim] fp32, already holding this step's K/V;
+// out: [T, n_heads * head_dim] fp32.
+// Row b's q_len = cu[b+1]-cu[b] queries sit at positions seq_lens[b]-q_len .. seq_lens[b]-1 and
+// attend causally to keys 0..their own position; key position p lives in block
+// block_tables[b*stride + p/block_size], offset p % block_size.
+// Work-shares with an orphaned `#pragma omp for` so it can be called from INSIDE an enclosing
+// `#pragma omp parallel` region (all threads of the team must call it) or outside one (serial).
+void paged_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                     const AttnRows& rows, const AttnShape& shape);
+
+}  // namespace met::cpu

@@ -1,0 +1,48 @@
+// Owns: the contract between attention.cpp (work sharing, path choice) and the per-ISA
+//   translation units that compile attention_item.inc with their own -m flags.
+// Called by: attention.cpp, attention_avx2.cpp, attention_avx512.cpp and
+//   tests/cpp/test_cpu_attention.cc (which checks every path the CPU can run).
+// Invariants: an AttnItemFn computes one (query token, kv head) item from its own arguments
+//   alone; scratch holds at least attn_scratch_floats(shape) floats owned by the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention.h"
+
+namespace met::cpu::detail {
+
+// One query token against its n_keys keys (positions 0..n_keys-1, blocks in `table`), for the
+// n_heads / n_kv_heads query heads that share kv head `kv_head`.
+using AttnItemFn = void (*)(const float* q, const float* k_cache, const float* v_cache, float* out,
+                            const AttnShape& shape, const int32_t* table, int64_t n_keys,
+                            int64_t token, int64_t kv_head, float* scratch);
+
+void attend_item_portable(const float* q, const float* k_cache, const float* v_cache, float* out,
+                          const AttnShape& shape, const int32_t* table, int64_t n_keys,
+                          int64_t token, int64_t kv_head, float* scratch);
+#if defined(__x86_64__) || defined(_M_X64)
+void attend_item_avx2(const float* q, const float* k_cache, const float* v_cache, float* out,
+                      const AttnShape& shape, const int32_t* table, int64_t n_keys, int64_t token,
+                      int64_t kv_head, float* scratch);
+void attend_item_avx512(const float* q, const float* k_cache, const float* v_cache, float* out,
+                        const AttnShape& shape, const int32_t* table, int64_t n_keys, int64_t token,
+                        int64_t kv_head, float* scratch);
+#endif
+
+int64_t attn_scratch_floats(const AttnShape& shape);
+
+struct AttnPath {
+  const char* name;
+  AttnItemFn fn;
+};
+// The paths this CPU can run, fastest last; paged_attention uses the last one.
+std::vector<AttnPath> attention_paths();
+
+// paged_attention with the item function chosen by the caller.
+void paged_attention_with(AttnItemFn item, const float* q, const float* k_cache,
+                          const float* v_cache, float* out, const AttnRows& rows,
+                          const AttnShape& shape);
+
+}  // namespace met::cpu::detail

@@ -1,0 +1,136 @@
+"""_core.cpu.paged_attention against torch's scaled_dot_product_attention per row's context."""
+
+import math
+
+import pytest
+import torch
+
+from met import _core
+
+# Both sides are fp32 sums over head_dim and up to a few hundred keys; the differences stay near
+# 1e-6 (the reference runs in float64), so 1e-5 relative plus absolute leaves a margin.
+TOLERANCE = 1e-5
+
+
+def _pool(rows, n_heads, n_kv_heads, head_dim, block_size, seed):
+    """rows: (context before this step, q_len) per row. K/V on shuffled blocks, NaN elsewhere."""
+    gen = torch.Generator().manual_seed(seed)
+    seq_lens = [ctx + q_len for ctx, q_len in rows]
+    n_blocks_per_row = [math.ceil(n / block_size) for n in seq_lens]
+    n_blocks = sum(n_blocks_per_row) + 2
+    ids = torch.randperm(n_blocks, generator=gen).to(torch.int32)
+    stride = max(n_blocks_per_row)
+    tables = torch.full((len(rows), stride), -1, dtype=torch.int32)
+    k_cache = torch.full((n_blocks, block_size, n_kv_heads, head_dim), float("nan"))
+    v_cache = torch.full_like(k_cache, float("nan"))
+    start = 0
+    for b, (n, used) in enumerate(zip(seq_lens, n_blocks_per_row, strict=True)):
+        tables[b, :used] = ids[start : start + used]
+        start += used
+        for p in range(n):
+            block, offset = int(tables[b, p // block_size]), p % block_size
+            k_cache[block, offset] = torch.randn(n_kv_heads, head_dim, generator=gen)
+            v_cache[block, offset] = torch.randn(n_kv_heads, head_dim, generator=gen)
+    total = sum(q_len for _, q_len in rows)
+    q = 2.0 * torch.randn(total, n_heads, head_dim, generator=gen)
+    cu = torch.tensor(
+        [0] + [sum(r[1] for r in rows[: i + 1]) for i in range(len(rows))], dtype=torch.int32
+    )
+    return q, k_cache, v_cache, cu, torch.tensor(seq_lens, dtype=torch.int32), tables
+
+
+def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0):
+    total, n_heads, head_dim = q.shape
+    _, block_size, n_kv_heads, _ = k_cache.shape
+    out = torch.full((total, n_heads * head_dim), float("nan"))
+    _core.cpu.paged_attention(
+        q.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        out.data_ptr(),
+        len(seq_lens),
+        cu.data_ptr(),
+        seq_lens.data_ptr(),
+        tables.data_ptr(),
+        tables.shape[1],
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        block_size,
+        1.0 / math.sqrt(head_dim),
+        n_threads,
+    )
+    return out
+
+
+def _reference(q, k_cache, v_cache, cu, seq_lens, tables):
+    """Per row: gather the context, repeat kv heads for GQA, causal mask, float64 SDPA."""
+    total, n_heads, head_dim = q.shape
+    block_size, n_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty(total, n_heads * head_dim, dtype=torch.float64)
+    for b in range(len(seq_lens)):
+        n, first, last = int(seq_lens[b]), int(cu[b]), int(cu[b + 1])
+        q_len = last - first
+        positions = torch.arange(n)
+        blocks = tables[b, positions // block_size].long()
+        keys = k_cache[blocks, positions % block_size].double()  # [n, n_kv_heads, head_dim]
+        values = v_cache[blocks, positions % block_size].double()
+        group = n_heads // n_kv_heads
+        keys = keys.repeat_interleave(group, dim=1).transpose(0, 1)  # [n_heads, n, head_dim]
+        values = values.repeat_interleave(group, dim=1).transpose(0, 1)
+        query = q[first:last].double().transpose(0, 1)  # [n_heads, q_len, head_dim]
+        query_pos = torch.arange(n - q_len, n)
+        mask = positions[None, :] <= query_pos[:, None]
+        o = torch.nn.functional.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, scale=1.0 / math.sqrt(head_dim)
+        )
+        out[first:last] = o.transpose(0, 1).reshape(q_len, n_heads * head_dim)
+    return out
+
+
+# A decode row, a prefill from position 0, a continuation chunk, the very first token, a decode
+# that fills a block exactly, and a long continuation.
+ROWS = [(99, 1), (0, 37), (20, 13), (0, 1), (15, 1), (150, 80)]
+
+
+@pytest.mark.parametrize(
+    "n_heads,n_kv_heads,head_dim", [(9, 3, 64), (4, 4, 64), (8, 8, 128), (6, 2, 128)]
+)
+@pytest.mark.parametrize("n_threads", [0, 2])
+def test_matches_sdpa(n_heads: int, n_kv_heads: int, head_dim: int, n_threads: int) -> None:
+    batch = _pool(ROWS, n_heads, n_kv_heads, head_dim, 16, seed=head_dim + n_heads)
+    got = _attention(*batch, n_threads=n_threads)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), _reference(*batch), rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def test_batch_invariant_bits() -> None:
+    # One sequence of 40 tokens prefilled in one row; each token again as a decode row alone and
+    # among other rows, on one and two threads: the same bits every time.
+    q, k_cache, v_cache, cu, seq_lens, tables = _pool([(0, 40)], 9, 3, 64, 16, seed=1)
+    prefill = _attention(q, k_cache, v_cache, cu, seq_lens, tables)
+    for pos in (0, 15, 16, 39):
+        one = torch.tensor([0, 1], dtype=torch.int32)
+        alone = _attention(
+            q[pos : pos + 1].contiguous(),
+            k_cache,
+            v_cache,
+            one,
+            torch.tensor([pos + 1], dtype=torch.int32),
+            tables,
+        )
+        assert torch.equal(alone[0], prefill[pos])
+    # The same prefill row next to decode rows of the same sequence at other positions.
+    mixed_q = torch.cat([q[7:8], q, q[30:31]])
+    mixed_cu = torch.tensor([0, 1, 41, 42], dtype=torch.int32)
+    mixed_lens = torch.tensor([8, 40, 31], dtype=torch.int32)
+    mixed_tables = tables.repeat(3, 1)
+    for n_threads in (0, 1, 2):
+        mixed = _attention(mixed_q, k_cache, v_cache, mixed_cu, mixed_lens, mixed_tables, n_threads)
+        assert torch.equal(mixed[1:41], prefill)
+        assert torch.equal(mixed[0], prefill[7]) and torch.equal(mixed[41], prefill[30])
+
+
+def test_rejects_bad_head_counts() -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        _core.cpu.paged_attention(0, 0, 0, 0, 0, 0, 0, 0, 1, 9, 2, 64, 16, 0.125, 0)
