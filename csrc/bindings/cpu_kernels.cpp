@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "bindings/cpu_common.h"
 #include "cpu/attention.h"
 #include "cpu/quant_matmul.h"
 
@@ -15,14 +16,14 @@ namespace py = pybind11;
 
 namespace met::bindings {
 
-namespace {
-
 cpu::QType parse_qtype(const std::string& name) {
   if (name == "Q8_0") return cpu::QType::kQ8_0;
   if (name == "Q4_0") return cpu::QType::kQ4_0;
   if (name == "Q4_1") return cpu::QType::kQ4_1;
   throw py::value_error("qtype must be Q8_0, Q4_0 or Q4_1, not " + name);
 }
+
+namespace {
 
 cpu::Isa parse_isa(const std::string& name) {
   for (const cpu::Isa isa :

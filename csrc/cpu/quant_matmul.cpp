@@ -183,6 +183,55 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
+namespace {
+
+detail::QuantizeFn quantize_fn(Isa isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (isa != Isa::kScalar) return detail::quantize_rows_avx2;
+#endif
+  (void)isa;
+  return detail::quantize_rows_scalar;
+}
+
+detail::MatmulFn matmul_fn(Isa isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (isa == Isa::kAvx2) return detail::matmul_rows_avx2;
+  if (isa == Isa::kAvx512Vnni) return detail::matmul_rows_avx512vnni;
+#endif
+  (void)isa;
+  return detail::matmul_rows_scalar;
+}
+
+}  // namespace
+
+void quantize_act_row(const float* x, int64_t k, int64_t row, const detail::QuantActs& acts,
+                      Isa isa) {
+  quantize_fn(isa)(x, k, row, row + 1, acts);
+}
+
+void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::QuantActs& acts,
+                        Isa isa) {
+  const detail::QuantizeFn quantize = quantize_fn(isa);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t r = 0; r < m; ++r) quantize(x, k, r, r + 1, acts);
+}
+
+void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
+                      int64_t n, int64_t k, QType q, Isa isa) {
+  const detail::MatmulFn matmul = matmul_fn(isa);
+  const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kColumnsPerChunk;
+    const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
+    matmul(acts, w, y, m, n, k, q, begin, end);
+  }
+}
+
 void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t n, int64_t k,
                   QType q, int n_threads, Isa isa) {
   if (m < 0 || n < 0 || k <= 0 || k % kBlock != 0) {
@@ -196,41 +245,21 @@ void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t
   }
   if (m == 0 || n == 0) return;
 
-  detail::QuantizeFn quantize = detail::quantize_rows_scalar;
-  detail::MatmulFn matmul = detail::matmul_rows_scalar;
-#if defined(__x86_64__) || defined(_M_X64)
-  if (isa != Isa::kScalar) quantize = detail::quantize_rows_avx2;
-  if (isa == Isa::kAvx2) matmul = detail::matmul_rows_avx2;
-  if (isa == Isa::kAvx512Vnni) matmul = detail::matmul_rows_avx512vnni;
-#endif
-
   const int64_t nb = k / kBlock;
   std::vector<int8_t> qs(static_cast<size_t>(m * k));
   std::vector<float> scales(static_cast<size_t>(2 * m * nb));
   const detail::QuantActs acts{qs.data(), scales.data(), scales.data() + m * nb};
-  const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
 
 #ifdef _OPENMP
   const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
-#endif
-  {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (int64_t r = 0; r < m; ++r) quantize(x, k, r, r + 1, acts);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kColumnsPerChunk;
-      const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
-      matmul(acts, w, y, m, n, k, q, begin, end);
-    }
-  }
-#ifndef _OPENMP
+#else
   (void)n_threads;
 #endif
+  {
+    quantize_acts_team(x, m, k, acts, isa);
+    matmul_acts_team(acts, w, y, m, n, k, q, isa);
+  }
 }
 
 }  // namespace met::cpu

@@ -39,4 +39,20 @@ void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k);
 void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t n, int64_t k,
                   QType q, int n_threads, Isa isa = Isa::kAuto);
 
+namespace detail {
+struct QuantActs;
+}
+
+// The two halves of quant_matmul for callers that run many matmuls inside one OpenMP parallel
+// region (the CPU model's layer loop): both work-share with an orphaned `omp for`, so every
+// thread of the enclosing team must call them (outside a region they run serially). Sizes are
+// not checked here; `isa` must be a supported, resolved path (not kAuto).
+void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::QuantActs& acts,
+                        Isa isa);
+void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
+                      int64_t n, int64_t k, QType q, Isa isa);
+// One row, no threading: for callers fusing quantization into their own per-row loop.
+void quantize_act_row(const float* x, int64_t k, int64_t row, const detail::QuantActs& acts,
+                      Isa isa);
+
 }  // namespace met::cpu

@@ -1,0 +1,14 @@
+// Owns: the names of the CPU kernels' enums as Python passes them, shared by the CPU binding
+//   files (cpu_kernels.cpp, cpu_model.cpp).
+#pragma once
+
+#include <string>
+
+#include "cpu/quant_matmul.h"
+
+namespace met::bindings {
+
+// "Q8_0" | "Q4_0" | "Q4_1"; raises ValueError otherwise.
+cpu::QType parse_qtype(const std::string& name);
+
+}  // namespace met::bindings

@@ -1,0 +1,152 @@
+// Binds the CPU model as _core.cpu.LlamaForward plus its elementwise kernels (rms_norm, rope,
+// silu_mul), all over raw addresses: python/met/model/cpu_llama.py owns the tensors, checks
+// their dtypes and keeps them alive as long as the LlamaForward that points into them.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "bindings/cpu_common.h"
+#include "cpu/llama_forward.h"
+#include "cpu/ops.h"
+
+namespace py = pybind11;
+
+namespace met::bindings {
+
+namespace {
+
+template <typename T>
+T* ptr(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+// (address, qtype, n, k); qtype "F32" marks a dense embedding (only the embedding may be one).
+cpu::QuantWeight parse_weight(const py::tuple& spec) {
+  if (spec.size() != 4) throw py::value_error("a weight is (address, qtype, n, k)");
+  cpu::QuantWeight w;
+  w.data = ptr<const uint8_t>(spec[0].cast<uintptr_t>());
+  w.q = parse_qtype(spec[1].cast<std::string>());
+  w.n = spec[2].cast<int64_t>();
+  w.k = spec[3].cast<int64_t>();
+  return w;
+}
+
+cpu::LayerWeights parse_layer(const py::dict& d) {
+  cpu::LayerWeights l;
+  l.attn_norm = ptr<const float>(d["attn_norm"].cast<uintptr_t>());
+  l.wqkv = parse_weight(d["wqkv"]);
+  l.bqkv = ptr<const float>(d["bqkv"].cast<uintptr_t>());
+  l.wo = parse_weight(d["wo"]);
+  l.mlp_norm = ptr<const float>(d["mlp_norm"].cast<uintptr_t>());
+  l.w_gate_up = parse_weight(d["w_gate_up"]);
+  l.w_down = parse_weight(d["w_down"]);
+  return l;
+}
+
+cpu::LlamaDims parse_dims(const py::dict& d) {
+  cpu::LlamaDims dims;
+  dims.dim = d["dim"].cast<int64_t>();
+  dims.n_layers = d["n_layers"].cast<int64_t>();
+  dims.n_heads = d["n_heads"].cast<int64_t>();
+  dims.n_kv_heads = d["n_kv_heads"].cast<int64_t>();
+  dims.head_dim = d["head_dim"].cast<int64_t>();
+  dims.ffn = d["ffn"].cast<int64_t>();
+  dims.vocab = d["vocab"].cast<int64_t>();
+  dims.norm_eps = d["norm_eps"].cast<float>();
+  dims.max_positions = d["max_positions"].cast<int64_t>();
+  dims.num_blocks = d["num_blocks"].cast<int64_t>();
+  dims.block_size = d["block_size"].cast<int64_t>();
+  return dims;
+}
+
+std::unique_ptr<cpu::LlamaForward> make_forward(const py::dict& dims, const py::tuple& embed,
+                                                const py::tuple& lm_head, uintptr_t norm,
+                                                const py::list& layers, uintptr_t rope_cos,
+                                                uintptr_t rope_sin, uintptr_t k_cache,
+                                                uintptr_t v_cache, int n_threads) {
+  cpu::LlamaWeights w;
+  if (embed[1].cast<std::string>() == "F32") {
+    w.embed_dense = ptr<const float>(embed[0].cast<uintptr_t>());
+  } else {
+    w.embed = parse_weight(embed);
+  }
+  w.lm_head = parse_weight(lm_head);
+  w.norm = ptr<const float>(norm);
+  for (const py::handle layer : layers) w.layers.push_back(parse_layer(layer.cast<py::dict>()));
+  w.rope_cos = ptr<const float>(rope_cos);
+  w.rope_sin = ptr<const float>(rope_sin);
+  try {
+    return std::make_unique<cpu::LlamaForward>(parse_dims(dims), std::move(w), ptr<float>(k_cache),
+                                               ptr<float>(v_cache), n_threads);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr_t cu_seqlens,
+                 uintptr_t seq_lens, uintptr_t block_tables, int64_t table_stride,
+                 uintptr_t logits_rows, int64_t n_logits, uintptr_t logits) {
+  cpu::ForwardBatch batch;
+  batch.ids = ptr<const int64_t>(ids);
+  batch.rows = cpu::AttnRows{n_rows, ptr<const int32_t>(cu_seqlens), ptr<const int32_t>(seq_lens),
+                             ptr<const int32_t>(block_tables), table_stride};
+  batch.logits_rows = ptr<const int64_t>(logits_rows);
+  batch.n_logits = n_logits;
+  try {
+    py::gil_scoped_release release;
+    self.forward(batch, ptr<float>(logits));
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+}  // namespace
+
+void bind_cpu_model(py::module_& m) {
+  auto cpu = m.attr("cpu").cast<py::module_>();
+  py::class_<cpu::LlamaForward>(cpu, "LlamaForward",
+                                "a whole packed forward of a Llama-style model on GGUF blocks")
+      .def(py::init(&make_forward), py::arg("dims"), py::arg("embed"), py::arg("lm_head"),
+           py::arg("norm"), py::arg("layers"), py::arg("rope_cos"), py::arg("rope_sin"),
+           py::arg("k_cache"), py::arg("v_cache"), py::arg("n_threads") = 0)
+      .def("forward", &run_forward, py::arg("ids"), py::arg("n_rows"), py::arg("cu_seqlens"),
+           py::arg("seq_lens"), py::arg("block_tables"), py::arg("table_stride"),
+           py::arg("logits_rows"), py::arg("n_logits"), py::arg("logits"),
+           "int64 ids, int32 cu_seqlens / seq_lens / block tables, int64 logits rows, fp32 "
+           "logits [n_logits, vocab]")
+      .def_property_readonly("n_threads", &cpu::LlamaForward::n_threads)
+      .def_property_readonly("kernel_seconds", &cpu::LlamaForward::kernel_seconds,
+                             "wall time spent inside forward() so far")
+      .def_property_readonly("calls", &cpu::LlamaForward::calls)
+      .def_property_readonly("isa", [](const cpu::LlamaForward& f) { return f.isa(); });
+
+  cpu.def(
+      "rms_norm",
+      [](uintptr_t x, uintptr_t weight, uintptr_t out, int64_t rows, int64_t dim, float eps) {
+        for (int64_t r = 0; r < rows; ++r) {
+          cpu::rms_norm_row(ptr<const float>(x) + r * dim, ptr<const float>(weight),
+                            ptr<float>(out) + r * dim, dim, eps);
+        }
+      },
+      "rows of x [rows, dim] RMS-normalized and scaled by weight into out");
+  cpu.def(
+      "rope",
+      [](uintptr_t x, uintptr_t cos, uintptr_t sin, int64_t vectors, int64_t head_dim) {
+        for (int64_t v = 0; v < vectors; ++v) {
+          cpu::rope_rotate_half(ptr<float>(x) + v * head_dim,
+                                ptr<const float>(cos) + v * head_dim / 2,
+                                ptr<const float>(sin) + v * head_dim / 2, head_dim);
+        }
+      },
+      "rotate-half RoPE in place on [vectors, head_dim] with per-vector cos/sin rows");
+  cpu.def(
+      "silu_mul",
+      [](uintptr_t gate, uintptr_t up, uintptr_t out, int64_t n) {
+        cpu::silu_mul_row(ptr<const float>(gate), ptr<const float>(up), ptr<float>(out), n);
+      },
+      "out = silu(gate) * up over n floats");
+}
+
+}  // namespace met::bindings

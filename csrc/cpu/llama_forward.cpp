@@ -1,0 +1,275 @@
+// The CPU model's layer loop (see llama_forward.h).
+#include "llama_forward.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/ops.h"
+#include "cpu/quant_matmul_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace met::cpu {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("LlamaForward: " + what);
+}
+
+void check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) {
+  require(w.data != nullptr && w.n == n && w.k == k && k % kBlock == 0,
+          std::string(name) + " must be [" + std::to_string(n) + ", " + std::to_string(k) +
+              "] in GGUF blocks, got [" + std::to_string(w.n) + ", " + std::to_string(w.k) + "]");
+}
+
+}  // namespace
+
+LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, float* k_cache,
+                           float* v_cache, int n_threads)
+    : dims_(dims), w_(std::move(weights)), k_cache_(k_cache), v_cache_(v_cache) {
+  const LlamaDims& d = dims_;
+  require(d.dim > 0 && d.n_layers > 0 && d.head_dim > 0 && d.head_dim % 2 == 0 && d.ffn > 0 &&
+              d.vocab > 0 && d.n_kv_heads > 0 && d.n_heads % d.n_kv_heads == 0,
+          "model dimensions must be positive, head_dim even and heads a multiple of kv heads");
+  require(d.max_positions > 0 && d.num_blocks > 0 && d.block_size > 0, "empty RoPE table or pool");
+  require(static_cast<int64_t>(w_.layers.size()) == d.n_layers, "one LayerWeights per layer");
+  require(w_.embed.data != nullptr || w_.embed_dense != nullptr, "no embedding");
+  if (w_.embed.data != nullptr) check_weight(w_.embed, d.vocab, d.dim, "embed");
+  check_weight(w_.lm_head, d.vocab, d.dim, "lm_head");
+  require(w_.norm && w_.rope_cos && w_.rope_sin && k_cache && v_cache, "null pointer");
+  qkv_width_ = (d.n_heads + 2 * d.n_kv_heads) * d.head_dim;
+  const int64_t q_width = d.n_heads * d.head_dim;
+  for (const LayerWeights& l : w_.layers) {
+    require(l.attn_norm && l.mlp_norm, "null norm weight");
+    check_weight(l.wqkv, qkv_width_, d.dim, "wqkv");
+    check_weight(l.wo, d.dim, q_width, "wo");
+    check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
+    check_weight(l.w_down, d.dim, d.ffn, "w_down");
+  }
+  max_k_ = std::max({d.dim, q_width, d.ffn});
+#ifdef _OPENMP
+  n_threads_ = n_threads > 0 ? n_threads : omp_get_max_threads();
+#else
+  (void)n_threads;
+  n_threads_ = 1;
+#endif
+  isa_ = best_isa();
+}
+
+void LlamaForward::plan(const ForwardBatch& batch) {
+  const AttnRows& rows = batch.rows;
+  const int64_t n_tokens = rows.cu_seqlens[rows.n_rows];
+  positions_.resize(static_cast<size_t>(n_tokens));
+  slots_.resize(static_cast<size_t>(n_tokens));
+  const int64_t bs = dims_.block_size;
+  for (int64_t b = 0; b < rows.n_rows; ++b) {
+    const int64_t begin = rows.cu_seqlens[b];
+    const int64_t q_len = rows.cu_seqlens[b + 1] - begin;
+    const int64_t ctx = rows.seq_lens[b];
+    require(q_len >= 1 && ctx >= q_len, "each row needs 1..seq_len query tokens");
+    require(ctx <= dims_.max_positions, "position " + std::to_string(ctx - 1) +
+                                            " is past the RoPE table (" +
+                                            std::to_string(dims_.max_positions) + ")");
+    require(ctx <= rows.table_stride * bs, "a row's context is longer than its block table");
+    for (int64_t blk = 0; blk < (ctx + bs - 1) / bs; ++blk) {
+      const int32_t id = rows.block_tables[b * rows.table_stride + blk];
+      require(id >= 0 && id < dims_.num_blocks, "block id " + std::to_string(id) +
+                                                    " outside the pool of " +
+                                                    std::to_string(dims_.num_blocks));
+    }
+    for (int64_t i = 0; i < q_len; ++i) {
+      const int64_t pos = ctx - q_len + i;
+      positions_[begin + i] = static_cast<int32_t>(pos);
+      slots_[begin + i] = rows.block_tables[b * rows.table_stride + pos / bs] * bs + pos % bs;
+      const int64_t id = batch.ids[begin + i];
+      require(id >= 0 && id < dims_.vocab, "token id " + std::to_string(id) + " out of range");
+    }
+  }
+  for (int64_t i = 0; i < batch.n_logits; ++i) {
+    require(batch.logits_rows[i] >= 0 && batch.logits_rows[i] < n_tokens,
+            "logits row out of range");
+  }
+}
+
+void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
+  const int64_t t = std::max(n_tokens, n_logits);
+  const LlamaDims& d = dims_;
+  auto grow = [](auto& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  grow(x_, t * d.dim);
+  grow(h_, t * d.dim);
+  grow(delta_, t * d.dim);
+  grow(qkv_, t * qkv_width_);
+  grow(q_, t * d.n_heads * d.head_dim);
+  grow(attn_, t * d.n_heads * d.head_dim);
+  grow(gate_up_, t * 2 * d.ffn);
+  grow(act_, t * d.ffn);
+  if (t > act_rows_cap_) {
+    act_rows_cap_ = t;
+    act_qs_.resize(static_cast<size_t>(t * max_k_));
+    act_scales_.resize(static_cast<size_t>(2 * t * (max_k_ / kBlock)));
+  }
+}
+
+void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
+  const auto started = std::chrono::steady_clock::now();
+  plan(batch);
+  const int64_t n_tokens = batch.rows.cu_seqlens[batch.rows.n_rows];
+  if (n_tokens == 0) return;
+  ensure_scratch(n_tokens, batch.n_logits);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n_threads_)
+#endif
+  {
+    embed(batch, n_tokens);
+    for (int64_t layer = 0; layer < dims_.n_layers; ++layer) {
+      const LayerWeights& w = w_.layers[static_cast<size_t>(layer)];
+      attention_block(w, batch, layer, n_tokens);
+      mlp_block(w, n_tokens);
+    }
+    head(batch, logits);
+  }
+  kernel_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ++calls_;
+}
+
+detail::QuantActs LlamaForward::quant_acts() {
+  // Rows of any width k <= max_k_ fit: a row's blocks start at row * k / 32 in either half.
+  return detail::QuantActs{act_qs_.data(), act_scales_.data(),
+                           act_scales_.data() + act_rows_cap_ * (max_k_ / kBlock)};
+}
+
+// Each block below is called by every thread of the team; `omp for` loops end in a barrier, so
+// a stage's output is complete before the next stage reads it.
+
+void LlamaForward::embed(const ForwardBatch& batch, int64_t n_tokens) {
+  const int64_t dim = dims_.dim;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* out = x_.data() + t * dim;
+    if (w_.embed.data != nullptr) {
+      const uint8_t* row = w_.embed.data + batch.ids[t] * row_bytes(w_.embed.q, dim);
+      dequantize_row(w_.embed.q, row, out, dim);
+    } else {
+      std::memcpy(out, w_.embed_dense + batch.ids[t] * dim, sizeof(float) * dim);
+    }
+  }
+}
+
+void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
+                                   int64_t n_tokens) {
+  const LlamaDims& d = dims_;
+  const detail::QuantActs acts = quant_acts();
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* x = x_.data() + t * d.dim;
+    // The previous layer's MLP output joins the residual stream here, fused with the norm.
+    if (layer > 0) {
+      const float* delta = delta_.data() + t * d.dim;
+      for (int64_t i = 0; i < d.dim; ++i) x[i] += delta[i];
+    }
+    rms_norm_row(x, w.attn_norm, h_.data() + t * d.dim, d.dim, d.norm_eps);
+    quantize_act_row(h_.data(), d.dim, t, acts, isa_);
+  }
+  matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, qkv_width_, d.dim, w.wqkv.q, isa_);
+  rope_and_store(w, layer, n_tokens);
+
+  const AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.block_size,
+                        1.0f / std::sqrt(static_cast<float>(d.head_dim))};
+  const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
+  paged_attention(q_.data(), k_cache_ + layer_offset, v_cache_ + layer_offset, attn_.data(),
+                  batch.rows, shape);
+
+  const int64_t q_width = d.n_heads * d.head_dim;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) quantize_act_row(attn_.data(), q_width, t, acts, isa_);
+  matmul_acts_team(acts, w.wo.data, delta_.data(), n_tokens, d.dim, q_width, w.wo.q, isa_);
+}
+
+void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens) {
+  const LlamaDims& d = dims_;
+  const int64_t hd = d.head_dim;
+  const int64_t kv_width = d.n_kv_heads * hd;
+  const int64_t q_width = d.n_heads * hd;
+  const int64_t layer_offset = layer * d.num_blocks * d.block_size * kv_width;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* qkv = qkv_.data() + t * qkv_width_;
+    if (w.bqkv != nullptr) {
+      for (int64_t i = 0; i < qkv_width_; ++i) qkv[i] += w.bqkv[i];
+    }
+    const float* cos = w_.rope_cos + static_cast<int64_t>(positions_[t]) * (hd / 2);
+    const float* sin = w_.rope_sin + static_cast<int64_t>(positions_[t]) * (hd / 2);
+    for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)
+      rope_rotate_half(qkv + h * hd, cos, sin, hd);
+    std::memcpy(q_.data() + t * q_width, qkv, sizeof(float) * q_width);
+    float* k_slot = k_cache_ + layer_offset + slots_[t] * kv_width;
+    float* v_slot = v_cache_ + layer_offset + slots_[t] * kv_width;
+    std::memcpy(k_slot, qkv + q_width, sizeof(float) * kv_width);
+    std::memcpy(v_slot, qkv + q_width + kv_width, sizeof(float) * kv_width);
+  }
+}
+
+void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
+  const LlamaDims& d = dims_;
+  const detail::QuantActs acts = quant_acts();
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* x = x_.data() + t * d.dim;
+    const float* delta = delta_.data() + t * d.dim;
+    for (int64_t i = 0; i < d.dim; ++i) x[i] += delta[i];
+    rms_norm_row(x, w.mlp_norm, h_.data() + t * d.dim, d.dim, d.norm_eps);
+    quantize_act_row(h_.data(), d.dim, t, acts, isa_);
+  }
+  matmul_acts_team(acts, w.w_gate_up.data, gate_up_.data(), n_tokens, 2 * d.ffn, d.dim,
+                   w.w_gate_up.q, isa_);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* gate = gate_up_.data() + t * 2 * d.ffn;
+    silu_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
+    quantize_act_row(act_.data(), d.ffn, t, acts, isa_);
+  }
+  matmul_acts_team(acts, w.w_down.data, delta_.data(), n_tokens, d.dim, d.ffn, w.w_down.q, isa_);
+}
+
+void LlamaForward::head(const ForwardBatch& batch, float* logits) {
+  const LlamaDims& d = dims_;
+  const detail::QuantActs acts = quant_acts();
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+  for (int64_t i = 0; i < batch.n_logits; ++i) {
+    const int64_t t = batch.logits_rows[i];
+    float* out = h_.data() + i * d.dim;
+    const float* x = x_.data() + t * d.dim;
+    const float* delta = delta_.data() + t * d.dim;
+    for (int64_t j = 0; j < d.dim; ++j) out[j] = x[j] + delta[j];
+    rms_norm_row(out, w_.norm, out, d.dim, d.norm_eps);
+    quantize_act_row(h_.data(), d.dim, i, acts, isa_);
+  }
+  matmul_acts_team(acts, w_.lm_head.data, logits, batch.n_logits, d.vocab, d.dim, w_.lm_head.q,
+                   isa_);
+}
+
+}  // namespace met::cpu

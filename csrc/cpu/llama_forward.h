@@ -1,0 +1,118 @@
+// Owns: one packed forward of a dense Llama-style decoder (Llama, Mistral, Qwen2) on the CPU with
+//   the linear weights kept in GGUF blocks: the whole layer loop runs in C++ inside one OpenMP
+//   team, so a decode step costs no per-op trip through Python.
+// Called by: csrc/bindings/cpu_forward.cpp (python/met/model/cpu_llama.py), tests/cpp.
+// Invariants: every stage is per token (RMSNorm, RoPE, SiLU, the activation quantization, the
+//   quantized matmul's rows, paged attention's per-query order), so a token's logits are bitwise
+//   the same whatever else is in the batch, whichever chunk of its prompt it came in and however
+//   many threads run. The caller owns the weights and the KV pool and keeps them alive.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/quant_matmul.h"
+
+namespace met::cpu {
+
+struct QuantWeight {
+  const uint8_t* data = nullptr;  // n rows of k / 32 GGUF blocks each
+  QType q = QType::kQ8_0;
+  int64_t n = 0;  // output features
+  int64_t k = 0;  // input features
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;
+  QuantWeight wqkv;             // q rows, then k rows, then v rows (rotate-half order)
+  const float* bqkv = nullptr;  // Qwen2's q/k/v biases; null when the model has none
+  QuantWeight wo;
+  const float* mlp_norm = nullptr;
+  QuantWeight w_gate_up;  // gate rows, then up rows
+  QuantWeight w_down;
+};
+
+struct LlamaDims {
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn = 0;
+  int64_t vocab = 0;
+  float norm_eps = 1e-5f;
+  int64_t max_positions = 0;  // rows of the RoPE tables
+  int64_t num_blocks = 0;     // KV pool
+  int64_t block_size = 0;
+};
+
+struct LlamaWeights {
+  QuantWeight embed;                   // blocks; or data null and embed_dense set
+  const float* embed_dense = nullptr;  // [vocab, dim]
+  QuantWeight lm_head;
+  const float* norm = nullptr;
+  std::vector<LayerWeights> layers;
+  const float* rope_cos = nullptr;  // [max_positions, head_dim / 2]
+  const float* rope_sin = nullptr;
+};
+
+struct ForwardBatch {
+  const int64_t* ids = nullptr;  // [n_tokens], row after row
+  // Rows as paged attention reads them; a row's tokens sit at positions seq_len - q_len ..
+  // seq_len - 1 and their K/V go to the matching slots of its block table.
+  AttnRows rows{};
+  const int64_t* logits_rows = nullptr;  // packed tokens whose logits are wanted
+  int64_t n_logits = 0;
+};
+
+class LlamaForward {
+ public:
+  // k_cache, v_cache: [n_layers, num_blocks, block_size, n_kv_heads, head_dim] fp32.
+  // Throws std::invalid_argument on inconsistent shapes. n_threads <= 0: OpenMP's default.
+  LlamaForward(const LlamaDims& dims, LlamaWeights weights, float* k_cache, float* v_cache,
+               int n_threads);
+
+  // Writes this step's K/V into the pool and logits [n_logits, vocab]. Throws
+  // std::invalid_argument (before touching anything) on a token id, position, block id or
+  // logits row out of range.
+  void forward(const ForwardBatch& batch, float* logits);
+
+  int n_threads() const { return n_threads_; }
+  // Wall time spent inside forward() since construction: what a caller subtracts from its step
+  // time to measure its own (host) overhead.
+  double kernel_seconds() const { return kernel_seconds_; }
+  int64_t calls() const { return calls_; }
+  const char* isa() const { return isa_name(isa_); }
+
+ private:
+  void plan(const ForwardBatch& batch);
+  void ensure_scratch(int64_t n_tokens, int64_t n_logits);
+  void embed(const ForwardBatch& batch, int64_t n_tokens);
+  void attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
+                       int64_t n_tokens);
+  void mlp_block(const LayerWeights& w, int64_t n_tokens);
+  void rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens);
+  void head(const ForwardBatch& batch, float* logits);
+  detail::QuantActs quant_acts();
+
+  LlamaDims dims_;
+  LlamaWeights w_;
+  float* k_cache_;
+  float* v_cache_;
+  int n_threads_;
+  Isa isa_;
+  int64_t qkv_width_;
+  int64_t max_k_;
+  double kernel_seconds_ = 0.0;
+  int64_t calls_ = 0;
+  // Scratch, grown to the largest batch seen; float rows are dense [tokens, width].
+  std::vector<float> x_, h_, qkv_, q_, attn_, gate_up_, act_, delta_;
+  std::vector<int32_t> positions_;
+  std::vector<int64_t> slots_;
+  int64_t act_rows_cap_ = 0;
+  std::vector<int8_t> act_qs_;
+  std::vector<float> act_scales_;
+};
+
+}  // namespace met::cpu

@@ -1,0 +1,23 @@
+// Owns: the CPU model's per-token elementwise kernels (RMSNorm, rotate-half RoPE, SiLU-and-
+//   multiply) on fp32 rows.
+// Called by: llama_forward.cpp (inside its OpenMP team, one token per call, so they never thread
+//   themselves), csrc/bindings/cpu_kernels.cpp and tests/cpp/test_cpu_ops.cc.
+// Invariants: every result depends only on its own row (fixed summation order per row), so a
+//   token's activations are bitwise the same whatever batch it runs in.
+#pragma once
+
+#include <cstdint>
+
+namespace met::cpu {
+
+// out = x / sqrt(mean(x^2) + eps) * weight. out may alias x.
+void rms_norm_row(const float* x, const float* weight, float* out, int64_t dim, float eps);
+
+// Rotates one head vector in place: pair i is (v[i], v[i + head_dim / 2]) turned by the angle
+// whose cos / sin are cos[i] / sin[i] (one position's row of the RoPE tables).
+void rope_rotate_half(float* v, const float* cos, const float* sin, int64_t head_dim);
+
+// out[i] = silu(gate[i]) * up[i]. out may alias gate.
+void silu_mul_row(const float* gate, const float* up, float* out, int64_t n);
+
+}  // namespace met::cpu

@@ -1,0 +1,164 @@
+"""The CPU forward of a GGUF-quantized model: the whole layer loop in C++ (met._core.cpu).
+
+LlamaModel walks each layer op by op through torch, which at batch 1 costs more in per-op
+overhead than the matmuls themselves. When every linear weight is kept as GGUF blocks, the model
+runs instead through _core.cpu.LlamaForward: one call per scheduler step, one OpenMP team,
+quantized matmuls, paged attention and fused elementwise kernels, each computing a token's row
+independently of the rest of the batch (so greedy output is batch-invariant).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from met import _core
+from met.kernels.cpu_quant import QuantLinear
+from met.model.llama import IntArray, LlamaModel, PagedKvCache
+
+
+def unsupported_reason(model: LlamaModel) -> str | None:
+    """Why `model` cannot run through the C++ CPU forward, or None when it can."""
+    if model.device.type != "cpu" or model.dtype != torch.float32:
+        return "the C++ forward runs float32 on the CPU"
+    if model.reduce is not None:
+        return "tensor parallelism runs the torch forward"
+    linears = [model.lm_head] + [
+        layer[name] for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")
+    ]
+    if not all(isinstance(w, QuantLinear) for w in linears):
+        return "some linear weights are not Q8_0/Q4_0/Q4_1 blocks"
+    return None
+
+
+def _weight(w: QuantLinear) -> tuple[int, str, int, int]:
+    return (w.blocks.data_ptr(), w.qtype, w.out_features, w.in_features)
+
+
+def _address(t: Tensor | None) -> int:
+    if t is None:
+        return 0
+    if t.dtype != torch.float32 or not t.is_contiguous():
+        raise ValueError("the C++ forward takes contiguous float32 norms, biases and tables")
+    return t.data_ptr()
+
+
+class CpuLlama:
+    """LlamaModel's forward() contract, run by _core.cpu.LlamaForward over the same weights and
+    KV pool (both stay owned by `model` and `cache`, which this object keeps alive)."""
+
+    def __init__(self, model: LlamaModel, cache: PagedKvCache, n_threads: int = 0) -> None:
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"CpuLlama: {reason}")
+        self.model, self.cache = model, cache
+        self.config, self.device, self.dtype = model.config, model.device, model.dtype
+        self.reduce = None
+        c = model.config
+        embed = model.embed
+        embed_spec = (
+            _weight(embed)
+            if isinstance(embed, QuantLinear)
+            else (_address(embed), "F32", c.vocab, c.hidden)
+        )
+        # The RoPE tables are [positions, 1, head_dim / 2] views; the C++ side reads them dense.
+        self._cos = model.cos.reshape(model.cos.shape[0], -1).contiguous()
+        self._sin = model.sin.reshape(model.sin.shape[0], -1).contiguous()
+        dims = {
+            "dim": c.hidden,
+            "n_layers": c.n_layers,
+            "n_heads": c.n_heads,
+            "n_kv_heads": c.n_kv_heads,
+            "head_dim": c.head_dim,
+            "ffn": c.ffn,
+            "vocab": c.vocab,
+            "norm_eps": c.norm_eps,
+            "max_positions": self._cos.shape[0],
+            "num_blocks": cache.num_blocks,
+            "block_size": cache.block_size,
+        }
+        layers = [
+            {
+                "attn_norm": _address(layer["attn_norm"]),
+                "wqkv": _weight(layer["wqkv"]),
+                "bqkv": _address(layer["bqkv"]),
+                "wo": _weight(layer["wo"]),
+                "mlp_norm": _address(layer["mlp_norm"]),
+                "w_gate_up": _weight(layer["w_gate_up"]),
+                "w_down": _weight(layer["w_down"]),
+            }
+            for layer in model.layers
+        ]
+        self._impl = _core.cpu.LlamaForward(
+            dims,
+            embed_spec,
+            _weight(model.lm_head),
+            _address(model.norm),
+            layers,
+            self._cos.data_ptr(),
+            self._sin.data_ptr(),
+            _address(cache.k),
+            _address(cache.v),
+            n_threads or torch.get_num_threads(),
+        )
+
+    @property
+    def n_threads(self) -> int:
+        return self._impl.n_threads
+
+    @property
+    def kernel_seconds(self) -> float:
+        """Wall time spent inside the C++ forward so far (benchmarks/host_overhead.py)."""
+        return self._impl.kernel_seconds
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int = 16) -> PagedKvCache:
+        raise RuntimeError("CpuLlama runs over the KV pool it was built with")
+
+    def forward(
+        self,
+        cache: PagedKvCache,
+        input_ids: IntArray,
+        positions: IntArray,
+        slot_mapping: IntArray,
+        block_tables: IntArray,
+        seq_lens: IntArray,
+        cu_seqlens: IntArray,
+        logits_rows: IntArray,
+    ) -> Tensor:
+        """LlamaModel.forward's arguments and result; positions and slots follow from the block
+        tables, seq_lens and cu_seqlens, so the first two are not read again."""
+        if cache is not self.cache:
+            raise ValueError("CpuLlama runs over the KV pool it was built with")
+        ids = _dense(input_ids, torch.int64)
+        tables = _dense(block_tables, torch.int32)
+        lens = _dense(seq_lens, torch.int32)
+        cu = _dense(cu_seqlens, torch.int32)
+        rows = _dense(logits_rows, torch.int64)
+        if tables.dim() != 2 or tables.shape[0] != lens.numel() or cu.numel() != lens.numel() + 1:
+            raise ValueError("block_tables [B, max_blocks], seq_lens [B], cu_seqlens [B + 1]")
+        if int(cu[-1]) != ids.numel():
+            raise ValueError("cu_seqlens must end at the number of packed tokens")
+        logits = torch.empty(rows.numel(), self.config.vocab, dtype=torch.float32)
+        self._impl.forward(
+            ids.data_ptr(),
+            lens.numel(),
+            cu.data_ptr(),
+            lens.data_ptr(),
+            tables.data_ptr(),
+            tables.shape[1],
+            rows.data_ptr(),
+            rows.numel(),
+            logits.data_ptr(),
+        )
+        return logits
+
+    __call__ = forward
+
+
+def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
+    return torch.as_tensor(values).to(device="cpu", dtype=dtype).contiguous()
+
+
+def cpu_forward_for(model: LlamaModel, cache: PagedKvCache) -> LlamaModel | CpuLlama:
+    """The forward the engine should run: the C++ one whenever the model allows it."""
+    return model if unsupported_reason(model) else CpuLlama(model, cache)

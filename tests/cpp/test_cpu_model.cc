@@ -1,0 +1,251 @@
+// The CPU model's elementwise kernels against double-precision references, and the layer loop's
+// promises: a token's logits do not depend on the batch around it, on how its prompt was chunked
+// or on the thread count, and bad input is refused before the KV pool is touched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/llama_forward.h"
+#include "cpu/ops.h"
+
+namespace met::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+TEST(CpuOps, RmsNormMatchesDoubleReference) {
+  const int64_t dim = 576;
+  const auto x = random_floats(dim, 1, -30.0f, 30.0f);
+  const auto w = random_floats(dim, 2);
+  std::vector<float> out(dim);
+  rms_norm_row(x.data(), w.data(), out.data(), dim, 1e-5f);
+  double ss = 0;
+  for (float v : x) ss += static_cast<double>(v) * v;
+  const double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+  for (int64_t i = 0; i < dim; ++i) {
+    ASSERT_TRUE(std::isfinite(out[i]));
+    EXPECT_NEAR(out[i], x[i] * inv * w[i], 1e-5 * (1 + std::fabs(x[i] * inv * w[i])));
+  }
+}
+
+TEST(CpuOps, RopeRotatesPairsHalfADimApart) {
+  const int64_t hd = 64;
+  auto v = random_floats(hd, 3);
+  const auto orig = v;
+  std::vector<float> cos(hd / 2), sin(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    cos[i] = static_cast<float>(std::cos(0.1 * (i + 1)));
+    sin[i] = static_cast<float>(std::sin(0.1 * (i + 1)));
+  }
+  rope_rotate_half(v.data(), cos.data(), sin.data(), hd);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double a = orig[i], b = orig[i + hd / 2];
+    EXPECT_NEAR(v[i], a * cos[i] - b * sin[i], 1e-6);
+    EXPECT_NEAR(v[i + hd / 2], b * cos[i] + a * sin[i], 1e-6);
+  }
+}
+
+TEST(CpuOps, SiluMulMatchesDoubleReference) {
+  const int64_t n = 1536;
+  const auto gate = random_floats(n, 4, -20.0f, 20.0f);
+  const auto up = random_floats(n, 5);
+  std::vector<float> out(n);
+  silu_mul_row(gate.data(), up.data(), out.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double want = g / (1.0 + std::exp(-g)) * up[i];
+    ASSERT_TRUE(std::isfinite(out[i]));
+    EXPECT_NEAR(out[i], want, 1e-6 * (1 + std::fabs(want)));
+  }
+}
+
+// A tiny random model with Q8_0 weights (scale 2^-6 as fp16 bits, random int8 quants).
+struct TinyModel {
+  LlamaDims dims;
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<std::vector<float>> floats;
+  std::vector<float> k_cache, v_cache;
+  LlamaWeights weights;
+
+  TinyModel() {
+    dims.dim = 64;
+    dims.n_layers = 2;
+    dims.n_heads = 4;
+    dims.n_kv_heads = 2;
+    dims.head_dim = 16;
+    dims.ffn = 96;
+    dims.vocab = 50;
+    dims.norm_eps = 1e-5f;
+    dims.max_positions = 64;
+    dims.num_blocks = 32;
+    dims.block_size = 4;
+    blobs.reserve(16);
+    floats.reserve(16);
+    uint32_t seed = 10;
+    weights.embed = quant(dims.vocab, dims.dim, seed++);
+    weights.lm_head = weights.embed;
+    weights.norm = norm(seed++);
+    for (int64_t l = 0; l < dims.n_layers; ++l) {
+      LayerWeights lw;
+      lw.attn_norm = norm(seed++);
+      lw.wqkv = quant((dims.n_heads + 2 * dims.n_kv_heads) * dims.head_dim, dims.dim, seed++);
+      lw.wo = quant(dims.dim, dims.n_heads * dims.head_dim, seed++);
+      lw.mlp_norm = norm(seed++);
+      lw.w_gate_up = quant(2 * dims.ffn, dims.dim, seed++);
+      lw.w_down = quant(dims.dim, dims.ffn, seed++);
+      weights.layers.push_back(lw);
+    }
+    std::vector<float> cos(dims.max_positions * dims.head_dim / 2), sin(cos.size());
+    for (int64_t p = 0; p < dims.max_positions; ++p) {
+      for (int64_t i = 0; i < dims.head_dim / 2; ++i) {
+        const double angle = p * std::pow(10000.0, -2.0 * i / dims.head_dim);
+        cos[p * dims.head_dim / 2 + i] = static_cast<float>(std::cos(angle));
+        sin[p * dims.head_dim / 2 + i] = static_cast<float>(std::sin(angle));
+      }
+    }
+    floats.push_back(cos);
+    weights.rope_cos = floats.back().data();
+    floats.push_back(sin);
+    weights.rope_sin = floats.back().data();
+    const size_t pool =
+        dims.n_layers * dims.num_blocks * dims.block_size * dims.n_kv_heads * dims.head_dim;
+    k_cache.assign(pool, 0.0f);
+    v_cache.assign(pool, 0.0f);
+  }
+
+  QuantWeight quant(int64_t n, int64_t k, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> q(-127, 127);
+    std::vector<uint8_t> blob(n * row_bytes(QType::kQ8_0, k));
+    for (size_t b = 0; b < blob.size(); b += 34) {
+      const uint16_t scale = 0x2400;  // 2^-6
+      std::memcpy(&blob[b], &scale, 2);
+      for (int i = 0; i < 32; ++i)
+        blob[b + 2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q(gen)));
+    }
+    blobs.push_back(std::move(blob));
+    return QuantWeight{blobs.back().data(), QType::kQ8_0, n, k};
+  }
+
+  const float* norm(uint32_t seed) {
+    floats.push_back(random_floats(dims.dim, seed, 0.5f, 1.5f));
+    return floats.back().data();
+  }
+
+  LlamaForward make(int threads) {
+    return LlamaForward(dims, weights, k_cache.data(), v_cache.data(), threads);
+  }
+};
+
+// One row of a packed batch, as the backend would describe it.
+struct Row {
+  std::vector<int64_t> tokens;  // this step's tokens
+  int32_t seq_len;              // context including them
+  std::vector<int32_t> table;
+};
+
+std::vector<float> run(LlamaForward& f, const std::vector<Row>& rows, int64_t vocab) {
+  std::vector<int64_t> ids, logits_rows;
+  std::vector<int32_t> cu{0}, lens, tables;
+  const size_t stride = 8;
+  for (const Row& r : rows) {
+    ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
+    cu.push_back(static_cast<int32_t>(ids.size()));
+    logits_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
+    lens.push_back(r.seq_len);
+    std::vector<int32_t> padded = r.table;
+    padded.resize(stride, 0);
+    tables.insert(tables.end(), padded.begin(), padded.end());
+  }
+  ForwardBatch batch;
+  batch.ids = ids.data();
+  batch.rows = AttnRows{static_cast<int64_t>(rows.size()), cu.data(), lens.data(), tables.data(),
+                        static_cast<int64_t>(stride)};
+  batch.logits_rows = logits_rows.data();
+  batch.n_logits = static_cast<int64_t>(logits_rows.size());
+  std::vector<float> logits(logits_rows.size() * vocab);
+  f.forward(batch, logits.data());
+  return logits;
+}
+
+const std::vector<int64_t> kPrompt = {3, 17, 5, 42, 8, 8, 1, 30, 22, 9, 14};
+
+std::vector<float> last_logits(const std::vector<float>& all, size_t row, int64_t vocab) {
+  return std::vector<float>(all.begin() + row * vocab, all.begin() + (row + 1) * vocab);
+}
+
+TEST(CpuModel, PromptChunkingDoesNotChangeABit) {
+  TinyModel m;
+  LlamaForward f = m.make(2);
+  const std::vector<int32_t> table = {5, 2, 9};
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  const auto whole = run(f, {{kPrompt, n, table}}, m.dims.vocab);
+  const auto k_whole = m.k_cache;
+
+  TinyModel m2;
+  LlamaForward f2 = m2.make(2);
+  std::vector<float> chunked;
+  for (int32_t start = 0; start < n; start += 4) {
+    const int32_t end = std::min(n, start + 4);
+    chunked =
+        run(f2, {{{kPrompt.begin() + start, kPrompt.begin() + end}, end, table}}, m2.dims.vocab);
+  }
+  EXPECT_EQ(whole, chunked);
+  EXPECT_EQ(k_whole, m2.k_cache);
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(CpuModel, DecodeRowIsTheSameAloneAndInAMixedBatch) {
+  TinyModel m;
+  LlamaForward f = m.make(2);
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  run(f, {{kPrompt, n, {1, 2, 3, 4}}}, m.dims.vocab);
+  const auto alone = run(f, {{{7}, n + 1, {1, 2, 3, 4}}}, m.dims.vocab);
+  // The same step again (it rewrites the same K/V slot) beside a decode row and a prefill chunk
+  // of other sequences.
+  run(f, {{{4, 4, 4, 4, 4}, 5, {10, 11}}}, m.dims.vocab);
+  const auto mixed = run(
+      f, {{{9}, 6, {10, 11}}, {{7}, n + 1, {1, 2, 3, 4}}, {{2, 3, 5, 7, 11, 13, 17}, 7, {20, 21}}},
+      m.dims.vocab);
+  EXPECT_EQ(alone, last_logits(mixed, 1, m.dims.vocab));
+}
+
+TEST(CpuModel, ThreadCountDoesNotChangeABit) {
+  TinyModel a, b;
+  LlamaForward one = a.make(1);
+  LlamaForward two = b.make(2);
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  EXPECT_EQ(run(one, {{kPrompt, n, {0, 1, 2}}}, a.dims.vocab),
+            run(two, {{kPrompt, n, {0, 1, 2}}}, b.dims.vocab));
+}
+
+TEST(CpuModel, BadInputIsRefusedBeforeThePoolIsTouched) {
+  TinyModel m;
+  LlamaForward f = m.make(2);
+  const auto before = m.k_cache;
+  EXPECT_THROW(run(f, {{{1, 2}, 2, {99}}}, m.dims.vocab), std::invalid_argument);  // block id
+  EXPECT_THROW(run(f, {{{1, 2}, 2, {0}}, {{77}, 1, {1}}}, m.dims.vocab),
+               std::invalid_argument);                                                // token id
+  EXPECT_THROW(run(f, {{{1}, 65, {0, 1, 2}}}, m.dims.vocab), std::invalid_argument);  // position
+  EXPECT_THROW(run(f, {{{1, 2, 3}, 2, {0}}}, m.dims.vocab), std::invalid_argument);   // q > ctx
+  EXPECT_EQ(before, m.k_cache);
+}
+
+TEST(CpuModel, RejectsWeightsOfTheWrongShape) {
+  TinyModel m;
+  m.weights.layers[1].wo.n = 10;
+  EXPECT_THROW(m.make(1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace met::cpu

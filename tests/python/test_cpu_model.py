@@ -1,0 +1,140 @@
+"""The C++ CPU forward (met.model.cpu_llama.CpuLlama) against the torch forward over the same
+GGUF blocks, its batch invariance, its elementwise kernels against torch, and where the engine
+picks it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from model_fixtures import PagedRunner, random_weights, tiny_config
+
+from met import _core
+from met.kernels.cpu_quant import QuantLinear
+from met.model.cpu_llama import CpuLlama, cpu_forward_for, unsupported_reason
+from met.model.llama import LlamaModel
+
+LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
+# Both forwards quantize activations to int8 per 32-block and share the matmul kernel; they differ
+# only in float summation order (attention, norms): measured max abs differences of ~1.5e-6 on
+# logits of magnitude ~4. The margin leaves room for an int8 rounding flipped by that order.
+ATOL = 1e-3
+
+
+def quant_model(qtype: str = "Q8_0", quant_embed: bool = True, **overrides) -> LlamaModel:
+    config = tiny_config(**overrides)
+    weights = random_weights(config, seed=3)
+    for name in list(weights):
+        if name.split(".")[-1] in LINEAR or (quant_embed and name == "embed"):
+            weights[name] = QuantLinear.from_float(weights[name], qtype)
+    return LlamaModel(config, weights)
+
+
+def paired_runners(model: LlamaModel) -> tuple[PagedRunner, PagedRunner]:
+    """Two runners over separate pools with the same block ids: torch, then C++."""
+    torch_runner = PagedRunner(model, num_blocks=64, block_size=4)
+    cpp_runner = PagedRunner(model, num_blocks=64, block_size=4)
+    cpp_runner.model = CpuLlama(model, cpp_runner.cache)
+    return torch_runner, cpp_runner
+
+
+STEPS = [
+    [("a", list(range(3, 14)))],
+    [("a", [20]), ("b", [5, 6, 7, 8, 9, 10, 11])],
+    [("b", [30]), ("a", [21]), ("c", [1, 2])],
+    [("a", [22]), ("b", [31]), ("c", [3, 4, 5, 6, 7, 8, 9, 10, 11])],
+]
+
+
+@pytest.mark.parametrize(
+    ("qtype", "overrides", "quant_embed"),
+    [
+        ("Q8_0", {}, True),
+        ("Q4_1", {}, False),
+        ("Q4_0", {"n_kv_heads": 4}, True),
+        ("Q8_0", {"architecture": "qwen2", "attention_bias": True, "tie_embeddings": True}, True),
+    ],
+)
+def test_matches_the_torch_forward(qtype: str, overrides: dict, quant_embed: bool) -> None:
+    model = quant_model(qtype, quant_embed, **overrides)
+    torch_runner, cpp_runner = paired_runners(model)
+    for rows in STEPS:
+        want = torch_runner.step(rows)
+        got = cpp_runner.step(rows)
+        for w, g in zip(want, got, strict=True):
+            assert torch.isfinite(g).all()
+            torch.testing.assert_close(g, w, atol=ATOL, rtol=0)
+
+
+def test_a_decode_row_is_bitwise_the_same_alone_and_batched() -> None:
+    model = quant_model()
+    alone = PagedRunner(model, num_blocks=64, block_size=4)
+    alone.model = CpuLlama(model, alone.cache)
+    batched = PagedRunner(model, num_blocks=64, block_size=4, seed=7)
+    batched.model = CpuLlama(model, batched.cache)
+    prompt = list(range(3, 14))
+    alone.step([("a", prompt)])
+    # The batched run chunks the prompt differently and shares every step with other rows.
+    batched.step([("a", prompt[:5]), ("b", [9, 9, 9])])
+    batched.step([("b", [1]), ("a", prompt[5:])])
+    for token in (40, 41, 42):
+        (solo,) = alone.step([("a", [token])])
+        _, mixed, _ = batched.step([("b", [token]), ("a", [token]), ("c", [7, 8, 9, 10, 11])])
+        assert torch.equal(solo, mixed)
+
+
+def test_bad_rows_raise_value_error_and_the_model_keeps_working() -> None:
+    model = quant_model()
+    runner = PagedRunner(model, num_blocks=8, block_size=4)
+    cpu = CpuLlama(model, runner.cache)
+    ok = dict(
+        input_ids=torch.tensor([1, 2]),
+        positions=torch.tensor([0, 1]),
+        slot_mapping=torch.tensor([0, 1]),
+        block_tables=torch.tensor([[0]], dtype=torch.int32),
+        seq_lens=torch.tensor([2], dtype=torch.int32),
+        cu_seqlens=torch.tensor([0, 2], dtype=torch.int32),
+        logits_rows=torch.tensor([1]),
+    )
+    bad = [
+        {"block_tables": torch.tensor([[8]], dtype=torch.int32)},
+        {"input_ids": torch.tensor([1, 500])},
+        {"seq_lens": torch.tensor([300], dtype=torch.int32)},
+        {"logits_rows": torch.tensor([2])},
+        {"cu_seqlens": torch.tensor([0, 1], dtype=torch.int32)},
+    ]
+    for change in bad:
+        with pytest.raises(ValueError):
+            cpu.forward(runner.cache, **(ok | change))
+    assert torch.isfinite(cpu.forward(runner.cache, **ok)).all()
+
+
+def test_the_engine_picks_the_cpp_forward_only_for_cpu_gguf_weights() -> None:
+    quantized = quant_model()
+    cache = quantized.allocate_kv_cache(4, 4)
+    assert isinstance(cpu_forward_for(quantized, cache), CpuLlama)
+    config = tiny_config()
+    dense = LlamaModel(config, random_weights(config))
+    assert cpu_forward_for(dense, dense.allocate_kv_cache(4, 4)) is dense
+    assert "Q8_0/Q4_0/Q4_1" in unsupported_reason(dense)
+
+
+def test_elementwise_kernels_match_torch() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 576, generator=gen) * 30
+    weight = torch.rand(576, generator=gen) + 0.5
+    out = torch.empty_like(x)
+    _core.cpu.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 5, 576, 1e-5)
+    torch.testing.assert_close(out, F.rms_norm(x, (576,), weight, 1e-5), rtol=1e-5, atol=1e-5)
+
+    v = torch.randn(6, 64, generator=gen)
+    angles = torch.rand(6, 32, generator=gen) * 6
+    cos, sin = angles.cos().contiguous(), angles.sin().contiguous()
+    want = torch.cat((v[:, :32] * cos - v[:, 32:] * sin, v[:, 32:] * cos + v[:, :32] * sin), -1)
+    _core.cpu.rope(v.data_ptr(), cos.data_ptr(), sin.data_ptr(), 6, 64)
+    torch.testing.assert_close(v, want, rtol=1e-6, atol=1e-6)
+
+    gate, up = torch.randn(1536, generator=gen) * 10, torch.randn(1536, generator=gen)
+    out = torch.empty(1536)
+    _core.cpu.silu_mul(gate.data_ptr(), up.data_ptr(), out.data_ptr(), 1536)
+    torch.testing.assert_close(out, F.silu(gate) * up, rtol=1e-5, atol=1e-6)
