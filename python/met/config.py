@@ -9,9 +9,9 @@ from dataclasses import dataclass
 class EngineConfig:
     model: str | None = None  # GGUF file or Hugging Face folder; None: the default model
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    # auto | dequantized | gguf (met.models.WEIGHT_FORMATS). Not yet auto by default: with gguf
-    # weights, batched decode is not batch-invariant (see tests/python/test_quant_model.py).
-    weight_format: str = "dequantized"
+    # auto | dequantized | gguf (met.models.WEIGHT_FORMATS). auto keeps a GGUF file's Q8_0/Q4_0/
+    # Q4_1 weights quantized on the CPU (run by the C++ forward) unless a dtype is asked for.
+    weight_format: str = "auto"
     device: str = "auto"  # auto | cpu | cuda
     max_num_seqs: int = 8
     max_prefill_tokens: int = 512  # chunk length of chunked prefill; 0: whole prompts

@@ -39,7 +39,7 @@ def test_settings_precedence_flag_over_env_over_file(tmp_path) -> None:
 
 
 def test_settings_weight_format_reaches_the_engine() -> None:
-    assert load_settings([], env={}).engine.weight_format == "dequantized"
+    assert load_settings([], env={}).engine.weight_format == "auto"
     assert load_settings(["--weight-format", "gguf"], env={}).engine.weight_format == "gguf"
     assert load_settings([], env={"MET_WEIGHT_FORMAT": "gguf"}).engine.weight_format == "gguf"
 

@@ -17,6 +17,7 @@ from met.config import EngineConfig
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
 from met.engine.torch_backend import TorchBackend
+from met.model.cpu_llama import cpu_forward_for
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
@@ -82,7 +83,8 @@ class EngineCore:
 
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:
-            return TorchBackend(self.model, kv_cache, self.blocks, self.config.max_num_seqs)
+            forward = cpu_forward_for(self.model, kv_cache)
+            return TorchBackend(forward, kv_cache, self.blocks, self.config.max_num_seqs)
         from met.parallel.dist import start_rank0
         from met.parallel.tp_backend import TensorParallelBackend
 
