@@ -105,10 +105,10 @@ TEST_P(QuantMatmul, MatchesDequantizedReferenceOnEveryPath) {
 TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
   // A row's output must not depend on M, on the rows tiled with it, or on which column chunk or
   // thread computes it: batched decode and prefill then agree with batch-1 runs bit for bit.
-  // K = 1280 is 40 blocks: more than one scale-table segment and a partial 8-block group; N = 37
-  // leaves a partial column tile in the last chunk.
+  // K = 1312 is 41 blocks: more than one d * scale table segment, a partial 8-block group and an
+  // odd last block; N = 37 leaves partial column tiles in the last chunk.
   const QType q = GetParam();
-  const int64_t n = 37, k = 1280, max_m = 512;
+  const int64_t n = 37, k = 1312, max_m = 512;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const auto w = random_weights(q, n, k, rng);
