@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "attention_internal.h"
 
 #define MET_ATTN_ITEM attend_item_portable
@@ -17,7 +21,7 @@ namespace detail {
 int64_t attn_scratch_floats(const AttnShape& shape) {
   const int64_t group = shape.n_heads / shape.n_kv_heads;
   const int64_t padded = (shape.block_size + kLanes - 1) / kLanes * kLanes;
-  return group * (2 * shape.head_dim + padded + 2);
+  return kAttnTile * group * (2 * shape.head_dim + padded + 2);
 }
 
 std::vector<AttnPath> attention_paths() {
@@ -36,26 +40,51 @@ void paged_attention_with(AttnItemFn item, const float* q, const float* k_cache,
                           const AttnShape& shape) {
   // Grown once per thread, then reused by every call: no allocation on the hot path.
   thread_local std::vector<float> scratch;
+  thread_local std::vector<int64_t> first_tile;  // per row, then the total
   const size_t need = static_cast<size_t>(attn_scratch_floats(shape));
   if (scratch.size() < need) scratch.resize(need);
+  if (first_tile.size() < static_cast<size_t>(rows.n_rows + 1)) first_tile.resize(rows.n_rows + 1);
   float* const mine = scratch.data();
 
   const int32_t* cu = rows.cu_seqlens;
-  const int64_t n_items = static_cast<int64_t>(cu[rows.n_rows]) * shape.n_kv_heads;
-  // Items run from the last token back: within a prefill row the later (longer) queries go out
+  const int64_t* tiles = first_tile.data();
+  first_tile[0] = 0;
+  for (int64_t b = 0; b < rows.n_rows; ++b) {
+    first_tile[b + 1] = first_tile[b] + (cu[b + 1] - cu[b] + kAttnTile - 1) / kAttnTile;
+  }
+  const int64_t group = shape.n_heads / shape.n_kv_heads;
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_num_threads();
+#endif
+  // Too few tiles to keep the team busy (a few decode rows): one item per query head instead of
+  // per kv head. A head's arithmetic never depends on the other heads of its group.
+  const int64_t head_parts =
+      tiles[rows.n_rows] * shape.n_kv_heads < 4 * static_cast<int64_t>(threads) ? group : 1;
+  const int64_t heads_per_item = group / head_parts;
+  const int64_t per_tile = shape.n_kv_heads * head_parts;
+  const int64_t n_items = tiles[rows.n_rows] * per_tile;
+  // Items run from the last tile back: within a prefill row the later (longer) queries go out
   // first, which evens out the causal imbalance under dynamic scheduling.
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic)
 #endif
   for (int64_t i = 0; i < n_items; ++i) {
     const int64_t item_index = n_items - 1 - i;
-    const int64_t token = item_index / shape.n_kv_heads;
-    const int64_t kv_head = item_index % shape.n_kv_heads;
-    const int64_t row = std::upper_bound(cu, cu + rows.n_rows + 1, token) - cu - 1;
-    const int64_t after = cu[row + 1] - token;  // this token and the row's later ones
-    const int64_t n_keys = rows.seq_lens[row] - after + 1;
-    item(q, k_cache, v_cache, out, shape, rows.block_tables + row * rows.table_stride, n_keys,
-         token, kv_head, mine);
+    const int64_t tile_index = item_index / per_tile;
+    const int64_t part = item_index % per_tile;
+    const int64_t row = std::upper_bound(tiles, tiles + rows.n_rows + 1, tile_index) - tiles - 1;
+    const int64_t q_len = cu[row + 1] - cu[row];
+    const int64_t offset = (tile_index - tiles[row]) * kAttnTile;  // within the row
+    AttnTile tile;
+    tile.table = rows.block_tables + row * rows.table_stride;
+    tile.token = cu[row] + offset;
+    tile.n_queries = std::min<int64_t>(kAttnTile, q_len - offset);
+    tile.n_keys = rows.seq_lens[row] - q_len + offset + 1;
+    tile.kv_head = part / head_parts;
+    tile.head_begin = part % head_parts * heads_per_item;
+    tile.head_end = tile.head_begin + heads_per_item;
+    item(q, k_cache, v_cache, out, shape, tile, mine);
   }
 }
 
