@@ -243,5 +243,37 @@ TEST(PagedAttentionInvariance, SameBitsInAnyBatchRowShapeOrThreadCount) {
   }
 }
 
+// Tiles of consecutive queries (attention_internal.h): every query of every chunk below, whatever
+// its offset in a tile, a tile cut short by the row's end or a tile straddling a block boundary,
+// must give the bits of the same query run alone as a decode row (a tile of one, split per head).
+TEST(PagedAttentionInvariance, TilesKeepEachQuerysBits) {
+  for (const Case c : {Case{9, 3, 64, 16}, Case{6, 3, 72, 8}, Case{4, 2, 64, 32}}) {
+    const int64_t length = 3 * detail::kAttnTile + 2 * c.block_size + 5;
+    const Pool pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {length}, 2.0f,
+                                static_cast<uint32_t>(c.block_size));
+    const int64_t width = c.n_heads * c.head_dim;
+    // Chunk starts at every offset of a tile, lengths not a multiple of the tile.
+    std::vector<std::pair<int64_t, int64_t>> chunks = {{0, length}};
+    for (int64_t begin = 1; begin <= detail::kAttnTile; ++begin) {
+      chunks.push_back({begin, length - begin});
+      chunks.push_back({c.block_size - begin, detail::kAttnTile + 3});
+    }
+    for (const detail::AttnPath& path : detail::attention_paths()) {
+      std::vector<std::vector<float>> alone(length);
+      for (int64_t pos = 0; pos < length; ++pos) alone[pos] = run(pool, {{0, pos, 1}}, path.fn, 0);
+      for (const auto& [begin, q_len] : chunks) {
+        for (const int threads : {0, 2}) {
+          // The chunk next to a decode row, which must not change either of them.
+          const auto out = run(pool, {{0, length - 1, 1}, {0, begin, q_len}}, path.fn, threads);
+          expect_same_bits(out, 0, alone[length - 1], 0, width, path.name);
+          for (int64_t t = 0; t < q_len; ++t) {
+            expect_same_bits(out, 1 + t, alone[begin + t], 0, width, path.name);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace met::cpu
