@@ -67,7 +67,7 @@ void paged_attention_with(AttnItemFn item, const float* q, const float* k_cache,
   // Items run from the last tile back: within a prefill row the later (longer) queries go out
   // first, which evens out the causal imbalance under dynamic scheduling.
 #ifdef _OPENMP
-#pragma omp for schedule(dynamic)
+#pragma omp for schedule(dynamic) nowait
 #endif
   for (int64_t i = 0; i < n_items; ++i) {
     const int64_t item_index = n_items - 1 - i;

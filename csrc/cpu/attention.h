@@ -35,6 +35,7 @@ struct AttnShape {
 // block_tables[b*stride + p/block_size], offset p % block_size.
 // Work-shares with an orphaned `#pragma omp for` so it can be called from INSIDE an enclosing
 // `#pragma omp parallel` region (all threads of the team must call it) or outside one (serial).
+// Inside a team it returns without a barrier: the caller synchronizes before reading `out`.
 void paged_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                      const AttnRows& rows, const AttnShape& shape);
 

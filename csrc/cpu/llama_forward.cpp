@@ -129,7 +129,13 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
 #pragma omp parallel num_threads(n_threads_)
 #endif
   {
+#ifdef _OPENMP
+    // The team may be smaller than asked for (e.g. when called from inside another team).
+#pragma omp single
+    barrier_.reset(omp_get_num_threads());
+#endif
     embed(batch, n_tokens);
+    barrier_.wait();
     for (int64_t layer = 0; layer < dims_.n_layers; ++layer) {
       const LayerWeights& w = w_.layers[static_cast<size_t>(layer)];
       attention_block(w, batch, layer, n_tokens);
@@ -148,13 +154,14 @@ detail::QuantActs LlamaForward::quant_acts() {
                            act_scales_.data() + act_rows_cap_ * (max_k_ / kBlock)};
 }
 
-// Each block below is called by every thread of the team; `omp for` loops end in a barrier, so
-// a stage's output is complete before the next stage reads it.
+// Each block below is called by every thread of the team. Loops and matmuls share out their work
+// without OpenMP's barrier; barrier_.wait() after each stage makes its output complete before
+// the next stage reads it (or overwrites its input).
 
 void LlamaForward::embed(const ForwardBatch& batch, int64_t n_tokens) {
   const int64_t dim = dims_.dim;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* out = x_.data() + t * dim;
@@ -172,7 +179,7 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
   const LlamaDims& d = dims_;
   const detail::QuantActs acts = quant_acts();
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* x = x_.data() + t * d.dim;
@@ -184,21 +191,27 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
     rms_norm_row(x, w.attn_norm, h_.data() + t * d.dim, d.dim, d.norm_eps);
     quantize_act_row(h_.data(), d.dim, t, acts, isa_);
   }
+  barrier_.wait();
   matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, qkv_width_, d.dim, w.wqkv.q, isa_);
+  barrier_.wait();
   rope_and_store(w, layer, n_tokens);
+  barrier_.wait();
 
   const AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.block_size,
                         1.0f / std::sqrt(static_cast<float>(d.head_dim))};
   const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
   paged_attention(q_.data(), k_cache_ + layer_offset, v_cache_ + layer_offset, attn_.data(),
                   batch.rows, shape);
+  barrier_.wait();
 
   const int64_t q_width = d.n_heads * d.head_dim;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) quantize_act_row(attn_.data(), q_width, t, acts, isa_);
+  barrier_.wait();
   matmul_acts_team(acts, w.wo.data, delta_.data(), n_tokens, d.dim, q_width, w.wo.q, isa_);
+  barrier_.wait();
 }
 
 void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens) {
@@ -208,7 +221,7 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
   const int64_t q_width = d.n_heads * hd;
   const int64_t layer_offset = layer * d.num_blocks * d.block_size * kv_width;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* qkv = qkv_.data() + t * qkv_width_;
@@ -231,7 +244,7 @@ void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
   const LlamaDims& d = dims_;
   const detail::QuantActs acts = quant_acts();
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* x = x_.data() + t * d.dim;
@@ -240,24 +253,28 @@ void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
     rms_norm_row(x, w.mlp_norm, h_.data() + t * d.dim, d.dim, d.norm_eps);
     quantize_act_row(h_.data(), d.dim, t, acts, isa_);
   }
+  barrier_.wait();
   matmul_acts_team(acts, w.w_gate_up.data, gate_up_.data(), n_tokens, 2 * d.ffn, d.dim,
                    w.w_gate_up.q, isa_);
+  barrier_.wait();
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* gate = gate_up_.data() + t * 2 * d.ffn;
     silu_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
     quantize_act_row(act_.data(), d.ffn, t, acts, isa_);
   }
+  barrier_.wait();
   matmul_acts_team(acts, w.w_down.data, delta_.data(), n_tokens, d.dim, d.ffn, w.w_down.q, isa_);
+  barrier_.wait();
 }
 
 void LlamaForward::head(const ForwardBatch& batch, float* logits) {
   const LlamaDims& d = dims_;
   const detail::QuantActs acts = quant_acts();
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t i = 0; i < batch.n_logits; ++i) {
     const int64_t t = batch.logits_rows[i];
@@ -268,6 +285,7 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
     rms_norm_row(out, w_.norm, out, d.dim, d.norm_eps);
     quantize_act_row(h_.data(), d.dim, i, acts, isa_);
   }
+  barrier_.wait();
   matmul_acts_team(acts, w_.lm_head.data, logits, batch.n_logits, d.vocab, d.dim, w_.lm_head.q,
                    isa_);
 }

@@ -13,6 +13,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/quant_matmul.h"
+#include "cpu/team_barrier.h"
 
 namespace met::cpu {
 
@@ -104,6 +105,7 @@ class LlamaForward {
   Isa isa_;
   int64_t qkv_width_;
   int64_t max_k_;
+  TeamBarrier barrier_;
   double kernel_seconds_ = 0.0;
   int64_t calls_ = 0;
   // Scratch, grown to the largest batch seen; float rows are dense [tokens, width].

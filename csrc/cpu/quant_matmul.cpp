@@ -213,7 +213,7 @@ void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::Quan
                         Isa isa) {
   const detail::QuantizeFn quantize = quantize_fn(isa);
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t r = 0; r < m; ++r) quantize(x, k, r, r + 1, acts);
 }
@@ -223,7 +223,7 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
   const detail::MatmulFn matmul = matmul_fn(isa);
   const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kColumnsPerChunk;
@@ -258,6 +258,9 @@ void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t
 #endif
   {
     quantize_acts_team(x, m, k, acts, isa);
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
     matmul_acts_team(acts, w, y, m, n, k, q, isa);
   }
 }

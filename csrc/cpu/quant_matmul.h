@@ -44,9 +44,10 @@ struct QuantActs;
 }
 
 // The two halves of quant_matmul for callers that run many matmuls inside one OpenMP parallel
-// region (the CPU model's layer loop): both work-share with an orphaned `omp for`, so every
-// thread of the enclosing team must call them (outside a region they run serially). Sizes are
-// not checked here; `isa` must be a supported, resolved path (not kAuto).
+// region (the CPU model's layer loop): both work-share with an orphaned `omp for` without a
+// closing barrier (the caller synchronizes before reading the output), so every thread of the
+// enclosing team must call them (outside a region they run serially). Sizes are not checked
+// here; `isa` must be a supported, resolved path (not kAuto).
 void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::QuantActs& acts,
                         Isa isa);
 void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
