@@ -4,8 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bindings/cpu_common.h"
 #include "cpu/llama_forward.h"
@@ -102,6 +104,42 @@ void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr
   }
 }
 
+// The backend's own shape of a step: each row's new tokens, the position of its first one and
+// its block table. Packing here rather than in Python keeps a decode step's host work small.
+void run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t>>& tokens,
+              const std::vector<int32_t>& starts, const std::vector<std::vector<int32_t>>& tables,
+              uintptr_t logits) {
+  const size_t n_rows = tokens.size();
+  if (starts.size() != n_rows || tables.size() != n_rows) {
+    throw py::value_error("tokens, starts and tables need one entry per row");
+  }
+  size_t stride = 1;
+  for (const auto& t : tables) stride = std::max(stride, t.size());
+  std::vector<int64_t> ids;
+  std::vector<int32_t> cu{0}, lens, flat(n_rows * stride, 0);
+  std::vector<int64_t> logits_rows;
+  for (size_t b = 0; b < n_rows; ++b) {
+    if (tokens[b].empty()) throw py::value_error("a row needs at least one token");
+    ids.insert(ids.end(), tokens[b].begin(), tokens[b].end());
+    cu.push_back(static_cast<int32_t>(ids.size()));
+    lens.push_back(starts[b] + static_cast<int32_t>(tokens[b].size()));
+    logits_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
+    std::copy(tables[b].begin(), tables[b].end(), flat.begin() + b * stride);
+  }
+  cpu::ForwardBatch batch;
+  batch.ids = ids.data();
+  batch.rows = cpu::AttnRows{static_cast<int64_t>(n_rows), cu.data(), lens.data(), flat.data(),
+                             static_cast<int64_t>(stride)};
+  batch.logits_rows = logits_rows.data();
+  batch.n_logits = static_cast<int64_t>(n_rows);
+  try {
+    py::gil_scoped_release release;
+    self.forward(batch, ptr<float>(logits));
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 }  // namespace
 
 void bind_cpu_model(py::module_& m) {
@@ -116,6 +154,10 @@ void bind_cpu_model(py::module_& m) {
            py::arg("logits_rows"), py::arg("n_logits"), py::arg("logits"),
            "int64 ids, int32 cu_seqlens / seq_lens / block tables, int64 logits rows, fp32 "
            "logits [n_logits, vocab]")
+      .def("forward_rows", &run_rows, py::arg("tokens"), py::arg("starts"), py::arg("tables"),
+           py::arg("logits"),
+           "rows given as their new tokens, first positions and block tables; fp32 logits "
+           "[rows, vocab] of each row's last token")
       .def_property_readonly("n_threads", &cpu::LlamaForward::n_threads)
       .def_property_readonly("kernel_seconds", &cpu::LlamaForward::kernel_seconds,
                              "wall time spent inside forward() so far")

@@ -39,6 +39,8 @@ class TorchBackend(_core.Backend):
         # Prompt tokens each live sequence reused from the prefix cache, by request id.
         self.cached_tokens: dict[int, int] = {}
         self.streams = _cuda_streams(model.device)
+        # The C++ CPU forward packs rows itself (met.model.cpu_llama.CpuLlama.forward_rows).
+        self._forward_rows = getattr(model, "forward_rows", None)
 
     # --- silent queries ---
     def vocab_size(self) -> int:
@@ -139,8 +141,12 @@ class TorchBackend(_core.Backend):
 
     def _forward(self, rows: list[_Row], stream: int) -> None:
         tables = [self._reserve(row) for row in rows]
-        with self._on(stream):
-            self._logits = self._run_model(self._pack(rows, tables))
+        if self._forward_rows is not None:
+            starts = [row.start for row in rows]
+            self._logits = self._forward_rows([row.tokens for row in rows], starts, tables)
+        else:
+            with self._on(stream):
+                self._logits = self._run_model(self._pack(rows, tables))
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 

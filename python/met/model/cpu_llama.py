@@ -154,6 +154,16 @@ class CpuLlama:
 
     __call__ = forward
 
+    def forward_rows(
+        self, tokens: list[list[int]], starts: list[int], tables: list[list[int]]
+    ) -> Tensor:
+        """Logits [rows, vocab] of each row's last token; a row is its new tokens, the
+        position of the first and its block table. The backend's decode path: the packing
+        happens in C++, so a step costs no torch tensors on the way in."""
+        logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
+        self._impl.forward_rows(tokens, starts, tables, logits.data_ptr())
+        return logits
+
 
 def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
     return torch.as_tensor(values).to(device="cpu", dtype=dtype).contiguous()

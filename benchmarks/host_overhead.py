@@ -1,0 +1,79 @@
+"""Host overhead of a batch-1 decode step: how much of each engine step is spent outside the C++
+forward (scheduler tick, the Python backend's packing and bookkeeping, greedy readback).
+
+Steps met's engine by hand on the default model (GGUF weights, the C++ CPU forward), one request,
+greedy, and compares each decode step's wall time with the time the C++ forward reports for it.
+Prints medians and the overall share; --json FILE writes them. Never asserts.
+
+    .venv/bin/python benchmarks/host_overhead.py [--model FILE] [--tokens 128] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import met
+from met.model.cpu_llama import CpuLlama
+from met.sampling import SamplingParams
+
+
+def measure(model: str | None, tokens: int, prompt_len: int) -> dict[str, float]:
+    llm = met.LLM(model=model, max_num_seqs=1)
+    engine = llm.engine
+    forward = engine.backend.model
+    if not isinstance(forward, CpuLlama):
+        raise SystemExit("the model does not run through the C++ CPU forward (not Q8_0/Q4_x?)")
+    prompt = [100 + (i * 7919) % 1000 for i in range(prompt_len)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    engine.add_request("r", prompt, greedy)
+    walls, kernels = [], []
+    while engine.has_work():
+        before_kernel, started = forward.kernel_seconds, time.perf_counter()
+        engine.step()
+        walls.append(time.perf_counter() - started)
+        kernels.append(forward.kernel_seconds - before_kernel)
+    llm.close()
+    # The first steps prefill; decode steps are those after the first one that ran a forward.
+    first = next(i for i, k in enumerate(kernels) if k > 0)
+    pairs = [(w, k) for w, k in zip(walls[first + 1 :], kernels[first + 1 :], strict=True) if k > 0]
+    decode_wall = sum(w for w, _ in pairs)
+    decode_kernel = sum(k for _, k in pairs)
+    return {
+        "decode_steps": len(pairs),
+        "step_ms_median": 1e3 * statistics.median(w for w, _ in pairs),
+        "forward_ms_median": 1e3 * statistics.median(k for _, k in pairs),
+        "host_ms_median": 1e3 * statistics.median(w - k for w, k in pairs),
+        "host_share": (decode_wall - decode_kernel) / decode_wall,
+        "tokens_per_s": len(pairs) / decode_wall,
+        "threads": forward.n_threads,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="GGUF file (default: the default model)")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens to decode")
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    runs = [measure(args.model, args.tokens, args.prompt_len) for _ in range(args.runs)]
+    best = min(runs, key=lambda r: r["host_share"])
+    print(f"batch-1 decode, {best['decode_steps']} steps, {best['threads']} threads")
+    header = ("run", "step ms", "forward ms", "host ms", "host share", "tok/s")
+    print("{:>4} {:>8} {:>10} {:>8} {:>10} {:>7}".format(*header))
+    for i, r in enumerate(runs):
+        print(
+            f"{i:>4} {r['step_ms_median']:>8.3f} {r['forward_ms_median']:>10.3f} "
+            f"{r['host_ms_median']:>8.3f} {100 * r['host_share']:>9.2f}% {r['tokens_per_s']:>7.1f}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": runs}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
