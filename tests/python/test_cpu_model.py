@@ -138,3 +138,24 @@ def test_elementwise_kernels_match_torch() -> None:
     out = torch.empty(1536)
     _core.cpu.silu_mul(gate.data_ptr(), up.data_ptr(), out.data_ptr(), 1536)
     torch.testing.assert_close(out, F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+
+
+def test_forward_rows_packs_like_forward() -> None:
+    model = quant_model()
+    packed = PagedRunner(model, num_blocks=64, block_size=4)
+    packed.model = CpuLlama(model, packed.cache)
+    by_rows = PagedRunner(model, num_blocks=64, block_size=4)
+    cpu = CpuLlama(model, by_rows.cache)
+    for rows in STEPS:
+        want = [logits[-1] for logits in packed.step(rows)]
+        starts = [by_rows.lens.get(name, 0) for name, _ in rows]
+        for name, tokens in rows:  # grow the tables the way PagedRunner does
+            table = by_rows.tables.setdefault(name, [])
+            while len(table) * 4 < by_rows.lens.get(name, 0) + len(tokens):
+                table.append(by_rows.free.pop())
+            by_rows.lens[name] = by_rows.lens.get(name, 0) + len(tokens)
+        tables = [by_rows.tables[name] for name, _ in rows]
+        got = cpu.forward_rows([tokens for _, tokens in rows], starts, tables)
+        assert torch.equal(got, torch.stack(want))
+    with pytest.raises(ValueError):
+        cpu.forward_rows([[1], []], [0, 0], [[0], [1]])
