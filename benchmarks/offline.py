@@ -7,8 +7,10 @@ gguf with llama.cpp on the same file, the same weight format. Never asserts.
 
     PYTHONPATH=python python benchmarks/offline.py [--model FILE] [--json FILE]
 
-llama.cpp: llama-cpp-python's high-level API runs one sequence, so it gives prefill and batch-1
-decode here; its batched decode figures stay null.
+llama.cpp: llama-cpp-python's high-level API gives prefill and batch-1 decode; decode at batch 8
+and 32 goes through its low-level API (llama_batch_init / llama_decode on a context with
+n_seq_max = B, one token per sequence per step, each sequence its own seq_id), timed the same
+way as batch 1: the decode steps alone, after the B prompts are prefilled in one batch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import met
 from met.models import resolve_model
@@ -113,8 +116,65 @@ def _llama_cpp_figures(model: str, runs: int) -> dict[str, Figure | None] | None
 
     figures: dict[str, Figure | None] = {"prefill_512": _repeat(prefill, runs)}
     figures["decode_b1"] = _repeat(decode, runs)
-    figures.update({f"decode_b{b}": None for b in BATCHES if b != 1})
+    for batch in BATCHES:
+        if batch != 1:
+            figures[f"decode_b{batch}"] = _llama_cpp_parallel_decode(llm, batch, runs)
     return figures
+
+
+def _fill_batch(batch: Any, entries: list[tuple[int, int, int, bool]]) -> None:
+    """Write (token, position, sequence id, wants logits) rows into a llama_batch."""
+    batch.n_tokens = len(entries)
+    for i, (token, pos, seq, logits) in enumerate(entries):
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+
+
+def _llama_cpp_parallel_decode(llm: Any, n_seqs: int, runs: int) -> Figure:
+    """Aggregate decode tokens/s of n_seqs sequences stepped together in one llama_decode."""
+    import llama_cpp as lc
+
+    prompt_len = 16
+    params = lc.llama_context_default_params()
+    params.n_seq_max = n_seqs
+    params.n_ctx = n_seqs * (prompt_len + DECODE_TOKENS + 16)  # split evenly over the sequences
+    params.n_batch = params.n_ubatch = n_seqs * prompt_len  # every prompt prefilled at once
+    params.n_threads = params.n_threads_batch = os.cpu_count() or 1
+    ctx = lc.llama_init_from_model(llm.model, params)
+    if not ctx:
+        raise RuntimeError(f"llama.cpp: no context for {n_seqs} sequences")
+    batch = lc.llama_batch_init(n_seqs * prompt_len, 0, 1)
+    prompts = [_prompt_ids(llm.n_vocab(), prompt_len + DECODE_TOKENS, s) for s in range(n_seqs)]
+
+    def decode(entries: list[tuple[int, int, int, bool]]) -> None:
+        _fill_batch(batch, entries)
+        if (status := lc.llama_decode(ctx, batch)) != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+
+    def rate() -> float:
+        lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
+        decode(
+            [
+                (prompt[pos], pos, seq, pos == prompt_len - 1)
+                for seq, prompt in enumerate(prompts)
+                for pos in range(prompt_len)
+            ]
+        )
+        start = time.perf_counter()
+        for pos in range(prompt_len, prompt_len + DECODE_TOKENS):
+            # The next token is fixed rather than sampled, as in the batch-1 figure.
+            decode([(prompt[pos], pos, seq, True) for seq, prompt in enumerate(prompts)])
+        lc.llama_synchronize(ctx)
+        return n_seqs * DECODE_TOKENS / (time.perf_counter() - start)
+
+    try:
+        return _repeat(rate, runs)
+    finally:
+        lc.llama_batch_free(batch)
+        lc.llama_free(ctx)
 
 
 def _ratios(ours: dict[str, Figure], peer: dict[str, Figure | None] | None) -> dict:
