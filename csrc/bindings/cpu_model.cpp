@@ -106,9 +106,9 @@ void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr
 
 // The backend's own shape of a step: each row's new tokens, the position of its first one and
 // its block table. Packing here rather than in Python keeps a decode step's host work small.
-void run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t>>& tokens,
-              const std::vector<int32_t>& starts, const std::vector<std::vector<int32_t>>& tables,
-              uintptr_t logits) {
+py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t>>& tokens,
+                  const std::vector<int32_t>& starts,
+                  const std::vector<std::vector<int32_t>>& tables, uintptr_t logits) {
   const size_t n_rows = tokens.size();
   if (starts.size() != n_rows || tables.size() != n_rows) {
     throw py::value_error("tokens, starts and tables need one entry per row");
@@ -138,6 +138,7 @@ void run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t>>& 
   } catch (const std::invalid_argument& e) {
     throw py::value_error(e.what());
   }
+  return py::cast(self.argmax());
 }
 
 }  // namespace
@@ -156,8 +157,8 @@ void bind_cpu_model(py::module_& m) {
            "logits [n_logits, vocab]")
       .def("forward_rows", &run_rows, py::arg("tokens"), py::arg("starts"), py::arg("tables"),
            py::arg("logits"),
-           "rows given as their new tokens, first positions and block tables; fp32 logits "
-           "[rows, vocab] of each row's last token")
+           "rows given as their new tokens, first positions and block tables; fills fp32 logits "
+           "[rows, vocab] of each row's last token and returns each row's argmax")
       .def_property_readonly("n_threads", &cpu::LlamaForward::n_threads)
       .def_property_readonly("kernel_seconds", &cpu::LlamaForward::kernel_seconds,
                              "wall time spent inside forward() so far")

@@ -125,6 +125,7 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
   const int64_t n_tokens = batch.rows.cu_seqlens[batch.rows.n_rows];
   if (n_tokens == 0) return;
   ensure_scratch(n_tokens, batch.n_logits);
+  argmax_.resize(static_cast<size_t>(batch.n_logits));
 #ifdef _OPENMP
 #pragma omp parallel num_threads(n_threads_)
 #endif
@@ -288,6 +289,19 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
   barrier_.wait();
   matmul_acts_team(acts, w_.lm_head.data, logits, batch.n_logits, d.vocab, d.dim, w_.lm_head.q,
                    isa_);
+  barrier_.wait();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t i = 0; i < batch.n_logits; ++i) {
+    const float* row = logits + i * d.vocab;
+    int64_t best = 0;
+    for (int64_t v = 1; v < d.vocab; ++v) {
+      const bool first_nan = row[v] != row[v] && row[best] == row[best];
+      if (row[v] > row[best] || first_nan) best = v;
+    }
+    argmax_[static_cast<size_t>(i)] = best;
+  }
 }
 
 }  // namespace met::cpu

@@ -79,6 +79,10 @@ class LlamaForward {
   // logits row out of range.
   void forward(const ForwardBatch& batch, float* logits);
 
+  // Greedy tokens of the last forward's logits rows (torch.argmax's choice: the first maximum,
+  // or the first NaN), found while the rows are still in cache.
+  const std::vector<int64_t>& argmax() const { return argmax_; }
+
   int n_threads() const { return n_threads_; }
   // Wall time spent inside forward() since construction: what a caller subtracts from its step
   // time to measure its own (host) overhead.
@@ -111,6 +115,7 @@ class LlamaForward {
   // Scratch, grown to the largest batch seen; float rows are dense [tokens, width].
   std::vector<float> x_, h_, qkv_, q_, attn_, gate_up_, act_, delta_;
   std::vector<int32_t> positions_;
+  std::vector<int64_t> argmax_;
   std::vector<int64_t> slots_;
   int64_t act_rows_cap_ = 0;
   std::vector<int8_t> act_qs_;

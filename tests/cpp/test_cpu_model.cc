@@ -3,6 +3,7 @@
 // or on the thread count, and bad input is refused before the KV pool is touched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -202,6 +203,8 @@ TEST(CpuModel, PromptChunkingDoesNotChangeABit) {
   }
   EXPECT_EQ(whole, chunked);
   EXPECT_EQ(k_whole, m2.k_cache);
+  ASSERT_EQ(f.argmax().size(), 1u);
+  EXPECT_EQ(f.argmax()[0], std::max_element(whole.begin(), whole.end()) - whole.begin());
   for (float v : whole) ASSERT_TRUE(std::isfinite(v));
 }
 

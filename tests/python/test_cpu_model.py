@@ -155,7 +155,8 @@ def test_forward_rows_packs_like_forward() -> None:
                 table.append(by_rows.free.pop())
             by_rows.lens[name] = by_rows.lens.get(name, 0) + len(tokens)
         tables = [by_rows.tables[name] for name, _ in rows]
-        got = cpu.forward_rows([tokens for _, tokens in rows], starts, tables)
+        got, greedy = cpu.forward_rows([tokens for _, tokens in rows], starts, tables)
         assert torch.equal(got, torch.stack(want))
+        assert greedy == got.argmax(dim=-1).tolist()
     with pytest.raises(ValueError):
         cpu.forward_rows([[1], []], [0, 0], [[0], [1]])

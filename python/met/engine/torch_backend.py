@@ -35,6 +35,8 @@ class TorchBackend(_core.Backend):
         self.blocks = block_manager
         self._free_slots = list(range(max_slots - 1, -1, -1))  # sorted descending; pop = lowest
         self._logits: torch.Tensor | None = None
+        # Each logits row's argmax when the forward found them already (the C++ CPU forward).
+        self._greedy: list[int] | None = None
         self._history: dict[int, list[int]] = {}
         # Prompt tokens each live sequence reused from the prefix cache, by request id.
         self.cached_tokens: dict[int, int] = {}
@@ -143,10 +145,13 @@ class TorchBackend(_core.Backend):
         tables = [self._reserve(row) for row in rows]
         if self._forward_rows is not None:
             starts = [row.start for row in rows]
-            self._logits = self._forward_rows([row.tokens for row in rows], starts, tables)
+            self._logits, self._greedy = self._forward_rows(
+                [row.tokens for row in rows], starts, tables
+            )
         else:
             with self._on(stream):
                 self._logits = self._run_model(self._pack(rows, tables))
+            self._greedy = None
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 
@@ -204,10 +209,14 @@ class TorchBackend(_core.Backend):
 
     # --- readback ---
     def argmax_on_device(self, row: int, stream: int) -> int:
+        if self._greedy is not None:
+            return self._greedy[row]
         with self._on(stream):
             return int(self._logits[row].argmax())
 
     def argmax_batch(self, row: int, n: int, stream: int) -> list[int]:
+        if self._greedy is not None:
+            return self._greedy[row : row + n]
         with self._on(stream):
             return self._logits[row : row + n].argmax(dim=-1).tolist()
 

@@ -156,13 +156,14 @@ class CpuLlama:
 
     def forward_rows(
         self, tokens: list[list[int]], starts: list[int], tables: list[list[int]]
-    ) -> Tensor:
-        """Logits [rows, vocab] of each row's last token; a row is its new tokens, the
-        position of the first and its block table. The backend's decode path: the packing
-        happens in C++, so a step costs no torch tensors on the way in."""
+    ) -> tuple[Tensor, list[int]]:
+        """Logits [rows, vocab] of each row's last token and each row's argmax (torch.argmax's
+        pick); a row is its new tokens, the position of the first and its block table. The
+        backend's path: packing and the greedy pick happen in C++, so a step creates one torch
+        tensor."""
         logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
-        self._impl.forward_rows(tokens, starts, tables, logits.data_ptr())
-        return logits
+        greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr())
+        return logits, greedy
 
 
 def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
