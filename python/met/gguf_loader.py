@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -187,26 +187,48 @@ def iter_weights(
 ) -> Iterator[tuple[str, Weight]]:
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
-    With keep_blocks, linear weights stored as Q8_0/Q4_0/Q4_1 come as QuantLinear over a copy
-    of their block bytes instead."""
-    permuted = config.architecture in _PERMUTED_ARCHS
-    for tensor in reader.tensors:
-        name = _canonical_name(tensor.name)
-        if name is None:
-            continue  # rope_freqs is read into the config; anything else is not ours to run
-        blocks = keep_blocks and _blockwise(name, tensor)
-        # A quantized tensor's data is [rows, row bytes]: each row holds whole blocks along K,
-        # so moving rows (the Q/K un-permutation) is exact on the bytes too.
-        weight = torch.from_numpy(np.array(tensor.data) if blocks else _dequantize(tensor, path))
-        if permuted and name.endswith((".wq", ".bq")):
-            weight = unpermute_rows(weight, config.n_heads)
-        elif permuted and name.endswith((".wk", ".bk")):
-            weight = unpermute_rows(weight, config.n_kv_heads)
-        if blocks:
-            qtype = tensor.tensor_type.name
-            yield name, QuantLinear(weight, qtype, weight.shape[0], int(tensor.shape[0]))
-        else:
-            yield name, weight.to(dtype)
+    With keep_blocks, linear weights stored as Q8_0/Q4_0/Q4_1 come as QuantLinear over their
+    block bytes (read from the file) instead."""
+    with Path(path).open("rb") as file:
+        for tensor in reader.tensors:
+            name = _canonical_name(tensor.name)
+            if name is None:
+                continue  # rope_freqs is read into the config; anything else is not ours to run
+            yield name, _weight(tensor, name, config, path, dtype, keep_blocks, file)
+
+
+def _weight(
+    tensor: Any,
+    name: str,
+    config: ModelConfig,
+    path: Path,
+    dtype: torch.dtype,
+    keep_blocks: bool,
+    file: BinaryIO,
+) -> Weight:
+    blocks = keep_blocks and _blockwise(name, tensor)
+    # A quantized tensor's data is [rows, row bytes]: each row holds whole blocks along K,
+    # so moving rows (the Q/K un-permutation) is exact on the bytes too.
+    weight = torch.from_numpy(_read_bytes(file, tensor) if blocks else _dequantize(tensor, path))
+    if config.architecture in _PERMUTED_ARCHS and name.endswith((".wq", ".bq")):
+        weight = unpermute_rows(weight, config.n_heads)
+    elif config.architecture in _PERMUTED_ARCHS and name.endswith((".wk", ".bk")):
+        weight = unpermute_rows(weight, config.n_kv_heads)
+    if blocks:
+        return QuantLinear(weight, tensor.tensor_type.name, weight.shape[0], int(tensor.shape[0]))
+    return weight.to(dtype)
+
+
+def _read_bytes(file: BinaryIO, tensor: Any) -> np.ndarray:
+    """A tensor's bytes read into fresh memory, in the reader's [rows, row bytes] shape.
+
+    Read, not copied out of the reader's memory map: the copy would leave the file's pages
+    mapped and resident in this process (about the model's size again) until the reader goes."""
+    out = np.empty(tensor.data.shape, dtype=np.uint8)
+    file.seek(tensor.data_offset)
+    if file.readinto(memoryview(out).cast("B")) != out.nbytes:
+        raise ModelLoadError(f"{file.name}: {tensor.name} runs past the end of the file")
+    return out
 
 
 def _blockwise(name: str, tensor: Any) -> bool:
@@ -218,15 +240,21 @@ def load_gguf(
     dtype: torch.dtype = torch.float32,
     reader: GGUFReader | None = None,
     keep_blocks: bool = False,
+    release_metadata: bool = False,
 ) -> tuple[ModelConfig, dict[str, Weight]]:
     """ModelConfig and canonical weights (CPU, `dtype`, or QuantLinear blocks with
-    keep_blocks); Q/K rows in rotate-half order."""
+    keep_blocks); Q/K rows in rotate-half order. With release_metadata the reader's metadata
+    fields are cleared once the config is read (build the tokenizer first)."""
     path = Path(path)
     reader = reader or open_gguf(path)
     config = read_config(reader, path)
     for tensor in reader.tensors:
         if tensor.name == "rope_freqs.weight":
             config.rope_freq_factors = [float(x) for x in _dequantize(tensor, path).reshape(-1)]
+    if release_metadata:
+        # The vocabulary alone is ~250k small arrays (~90 MB here) that only the tokenizer and
+        # the config read; dropping them before the weights arrive lowers the loading peak.
+        reader.fields.clear()
     weights = dict(iter_weights(reader, config, path, dtype, keep_blocks))
     check_weights(weights, config, path)
     return config, weights

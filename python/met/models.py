@@ -198,7 +198,7 @@ def load_model(
         reader = open_gguf(path)
         tokenizer = Tokenizer.from_gguf(path, reader)
         report("weights", 1)
-        config, weights = load_gguf(path, torch_dtype, reader, keep_blocks)
+        config, weights = load_gguf(path, torch_dtype, reader, keep_blocks, release_metadata=True)
     else:
         raise ModelLoadError(
             f"{path}: not a GGUF file nor a Hugging Face folder (config.json); "

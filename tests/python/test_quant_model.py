@@ -15,6 +15,7 @@ import torch
 from model_fixtures import PagedRunner, real_model_path
 
 import met
+from met.model.cpu_llama import CpuLlama
 from met.models import load_model
 from met.sampling import SamplingParams
 
@@ -80,11 +81,10 @@ def test_greedy_tokens_agree_or_nearly_tie(models, llm: met.LLM) -> None:
 
 
 def test_packed_prefill_of_four_matches_solo(models) -> None:
-    # Activations are quantized per row, so a row's logits must not depend on its neighbours:
-    # bit for bit, since prefill attention runs row by row too. (Batched decode is not checked
-    # here: torch's SDPA over a batch differs from one row alone by ~3e-5 in the logits even on
-    # dense weights, and int8 activation rounding amplifies that to ~0.6 on this model; a
-    # batch-invariant paged decode attention kernel is still to come.)
+    # The torch forward over the same blocks: activations are quantized per row and prefill
+    # attention runs row by row, so a row's logits must not depend on its neighbours, bit for
+    # bit. (Its batched decode attention is not batch-invariant; the C++ forward's is, see
+    # test_cpp_forward_batch_of_eight_matches_solo.)
     _, quant, tokenizer = models
     prompts = [
         "What is the capital of France?",
@@ -100,3 +100,24 @@ def test_packed_prefill_of_four_matches_solo(models) -> None:
     solo = [solo_runner.step([row])[0] for row in rows]
     packed = PagedRunner(quant, num_blocks=32, block_size=16, seed=1).step(rows)
     assert all(torch.equal(a, b) for a, b in zip(solo, packed, strict=True))
+
+
+def test_cpp_forward_batch_of_eight_matches_solo(llm: met.LLM) -> None:
+    # The engine runs GGUF blocks through the C++ forward, whose every stage is per token:
+    # greedy tokens alone and among seven others, prompts chunked by 32, must be identical.
+    assert isinstance(llm.engine.backend.model, CpuLlama)
+    greedy = SamplingParams(temperature=0.0, max_tokens=24)
+    prompts = [
+        "What is the capital of France?",
+        "Name three primary colors.",
+        "Write one sentence about the ocean.",
+    ]
+    ids = [llm.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
+    solo = [llm.generate(prompt_token_ids=p, sampling_params=greedy)[0] for p in ids]
+    fillers = [
+        llm.tokenizer.encode_chat([{"role": "user", "content": f"Count from {i} to {i + 5}."}])
+        for i in range(5)
+    ]
+    batch = llm.generate(prompt_token_ids=ids + fillers, sampling_params=greedy)
+    for alone, together in zip(solo, batch, strict=False):
+        assert alone.token_ids == together.token_ids
