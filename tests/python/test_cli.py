@@ -9,6 +9,7 @@ import pytest
 from met_cli_support import run_met
 from openai_stub import REPLY_WORDS, start_stub
 
+from met import _core
 from met.commands.bench_stats import RequestResult, percentile, summarize
 
 SUBCOMMANDS = ["serve", "run", "chat", "bench", "pull", "models", "doctor", "top"]
@@ -98,6 +99,8 @@ def test_doctor_reports_each_check_as_ok_or_problem() -> None:
     problems = sum(line.startswith("problem") for line in checks)
     assert result.returncode == (1 if problems else 0)
     assert all("->" in line for line in checks if line.startswith("problem"))
+    core = next(line for line in checks if line.split()[1] == "met._core")
+    assert f"CPU kernels: {_core.cpu.best_isa()}" in core
 
 
 def test_bench_counts_match_the_stub(stub) -> None:

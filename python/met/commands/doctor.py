@@ -76,7 +76,9 @@ def _core() -> Check:
         return Check("met._core", False, f"not importable ({exc})", fix)
     has_cuda = getattr(core, "has_cuda", None)
     built = "with CUDA" if callable(has_cuda) and has_cuda() else "without CUDA"
-    return Check("met._core", True, f"built {built}")
+    # The SIMD path the CPU forward's quantized matmul takes here (avx512vnni, avx2, scalar).
+    cpu_path = core.cpu.best_isa()
+    return Check("met._core", True, f"built {built}; CPU kernels: {cpu_path}")
 
 
 def _gpus() -> Check:
