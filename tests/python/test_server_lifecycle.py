@@ -56,7 +56,8 @@ def test_request_timeout_then_sigterm_drain_and_exit_zero() -> None:
     lines: list[str] = []
 
     def stream() -> None:
-        body = {"prompt": "Tell me a story.", "max_tokens": 48, "ignore_eos": True, "stream": True}
+        # Long enough to still be streaming after the signal and the 0.3 s below (~5 ms a token).
+        body = {"prompt": "Tell me a story.", "max_tokens": 300, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
             for line in r.iter_lines():
                 if line:

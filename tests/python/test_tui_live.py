@@ -30,7 +30,7 @@ def server_url(default_model_path: Path):
 
 
 async def _load(url: str, count: int, max_tokens: int) -> None:
-    """A few concurrent streaming chats, read to the end."""
+    """A few concurrent streaming chats of exactly max_tokens tokens, read to the end."""
 
     async def one(index: int) -> None:
         body = {
@@ -38,6 +38,7 @@ async def _load(url: str, count: int, max_tokens: int) -> None:
             "messages": [{"role": "user", "content": f"Count from {index} upwards."}],
             "max_tokens": max_tokens,
             "temperature": 0,
+            "ignore_eos": True,
             "stream": True,
         }
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
@@ -60,7 +61,9 @@ def test_dashboard_follows_a_live_server(server_url: str, tmp_path: Path) -> Non
             await pilot.pause(1.0)
             assert "READY" in str(app.query_one("#startup", Static).render())
             generated_before = app.figures.generated_total
-            load = asyncio.create_task(_load(server_url, count=3, max_tokens=24))
+            # Long enough (ignore_eos) that the 0.5 s polls see it in flight even when decoding
+            # runs at hundreds of tokens/s.
+            load = asyncio.create_task(_load(server_url, count=3, max_tokens=400))
             busiest, fastest, rows = 0, 0.0, 0
             while not load.done():
                 await pilot.pause(0.5)
