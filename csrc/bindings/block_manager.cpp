@@ -23,8 +23,8 @@ const int32_t* tokens_ptr(const TokenArray& a) {
 void bind_block_manager(py::module_& m) {
   py::class_<BlockManager>(m, "BlockManager",
                            "Paged KV blocks with ref counts, an LRU free list and a prefix cache.")
-      .def(py::init<int32_t, int32_t, bool>(), py::arg("num_blocks"), py::arg("block_size"),
-           py::arg("enable_prefix_cache") = true)
+      .def(py::init<int32_t, int32_t, bool, bool>(), py::arg("num_blocks"), py::arg("block_size"),
+           py::arg("enable_prefix_cache") = true, py::arg("reuse_before_fresh") = false)
       .def(
           "allocate_prefix",
           [](BlockManager& bm, uint64_t seq, const TokenArray& prompt) {
@@ -48,6 +48,7 @@ void bind_block_manager(py::module_& m) {
           py::arg("seq"), "A copy of seq's block table, as a list.")
       .def("has", &BlockManager::has, py::arg("seq"))
       .def("num_free_blocks", &BlockManager::num_free_blocks)
+      .def("num_touched_blocks", &BlockManager::num_touched_blocks)
       .def("num_total_blocks", &BlockManager::num_total_blocks)
       .def("block_size", &BlockManager::block_size)
       .def("num_used_blocks", &BlockManager::num_used_blocks)

@@ -27,8 +27,11 @@ uint64_t hash_block(uint64_t parent, const int32_t* tokens, size_t n) {
   return mix64(h ^ n);
 }
 
-BlockManager::BlockManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache)
-    : block_size_(block_size), enable_prefix_cache_(enable_prefix_cache) {
+BlockManager::BlockManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache,
+                           bool reuse_before_fresh)
+    : block_size_(block_size),
+      enable_prefix_cache_(enable_prefix_cache),
+      reuse_before_fresh_(reuse_before_fresh) {
   if (num_blocks < 0) throw std::invalid_argument("BlockManager: num_blocks must be >= 0");
   if (block_size <= 0) throw std::invalid_argument("BlockManager: block_size must be > 0");
   blocks_.resize(num_blocks);
@@ -39,11 +42,14 @@ BlockManager::BlockManager(int32_t num_blocks, int32_t block_size, bool enable_p
   // Initial order 0, 1, ..., n-1: fresh allocations hand out ascending ids.
   for (int32_t b = 0; b < num_blocks; ++b) list_insert_before(b, sentinel());
   num_free_ = num_blocks;
+  first_cached_ = sentinel();
 }
 
 // --- free list ---
 
 void BlockManager::list_unlink(int32_t b) {
+  // Cached blocks form the list's tail, so the next one (or the sentinel) becomes the first.
+  if (b == first_cached_) first_cached_ = next_[b];
   next_[prev_[b]] = next_[b];
   prev_[next_[b]] = prev_[b];
   prev_[b] = next_[b] = -1;
@@ -143,7 +149,14 @@ bool BlockManager::grow(uint64_t seq, int32_t num_tokens) {
   if (need <= 0) return true;
   if (need > num_free_) return false;
   for (int64_t i = 0; i < need; ++i) {
-    const int32_t b = next_[sentinel()];  // free(plain|cached) -> used(ref 1), evicting a hash
+    int32_t b = next_[sentinel()];  // free(plain|cached) -> used(ref 1), evicting a hash
+    if (reuse_before_fresh_ && !blocks_[b].touched && first_cached_ != sentinel()) {
+      b = first_cached_;
+    }
+    if (!blocks_[b].touched) {
+      blocks_[b].touched = true;
+      ++num_touched_;
+    }
     list_unlink(b);
     --num_free_;
     if (blocks_[b].hashed) {
@@ -191,6 +204,7 @@ void BlockManager::release(uint64_t seq) {
     ++num_free_;
     if (blocks_[b].hashed) {  // used(ref 1, hashed) -> free(cached), back
       list_insert_before(b, sentinel());
+      if (first_cached_ == sentinel()) first_cached_ = b;
       ++num_cached_free_;
     } else {  // used(ref 1, unhashed) -> free(plain), front
       list_insert_before(b, next_[sentinel()]);
@@ -204,6 +218,7 @@ void BlockManager::reset_prefix_cache() {
     if (blocks_[b].hashed) drop_hash(b);  // free(cached) -> free(plain), position kept
   }
   num_cached_free_ = 0;
+  first_cached_ = sentinel();
 }
 
 }  // namespace met

@@ -42,6 +42,7 @@ void BlockManager::check_invariants() const {
   // The free list holds exactly the ref-0 blocks, once each, plain before cached.
   std::vector<char> seen(n, 0);
   int32_t free_count = 0, cached_count = 0;
+  int32_t first_cached = sentinel();
   bool in_cached_region = false;
   int32_t prev = sentinel();
   for (int32_t b = next_[sentinel()]; b != sentinel(); prev = b, b = next_[b]) {
@@ -52,6 +53,7 @@ void BlockManager::check_invariants() const {
     if (blocks_[b].ref != 0) fail(blk(b) + " in the free list with ref > 0");
     ++free_count;
     if (blocks_[b].hashed) {
+      if (!in_cached_region) first_cached = b;
       in_cached_region = true;
       ++cached_count;
     } else if (in_cached_region) {
@@ -68,6 +70,16 @@ void BlockManager::check_invariants() const {
     fail("num_cached " + std::to_string(num_cached_free_) + " but list holds " +
          std::to_string(cached_count));
   if (used + free_count != n) fail("used + free != total");
+  if (first_cached_ != first_cached)
+    fail("first cached block recorded as " + std::to_string(first_cached_) + ", list has " +
+         std::to_string(first_cached));
+  int32_t touched = 0;
+  for (int32_t b = 0; b < n; ++b) {
+    touched += blocks_[b].touched;
+    if ((blocks_[b].ref > 0 || blocks_[b].hashed) && !blocks_[b].touched)
+      fail(blk(b) + " used or cached but never handed out");
+  }
+  if (touched != num_touched_) fail("num_touched disagrees with the blocks");
 
   // The hash map and the block hashes agree both ways.
   if (!enable_prefix_cache_ && !cache_.empty()) fail("cache entries with the prefix cache off");

@@ -32,7 +32,10 @@ Ids concat(Ids a, const Ids& b) {
 // Forwards to BlockManager and checks the invariants after every mutation.
 struct Checked {
   BlockManager bm;
-  Checked(int32_t n, int32_t bs, bool cache = true) : bm(n, bs, cache) { check(); }
+  Checked(int32_t n, int32_t bs, bool cache = true, bool reuse_before_fresh = false)
+      : bm(n, bs, cache, reuse_before_fresh) {
+    check();
+  }
   void check() const { ASSERT_NO_THROW(bm.check_invariants()); }
   int32_t alloc(uint64_t s, const Ids& prompt) {
     const int32_t r = bm.allocate_prefix(s, prompt);
@@ -208,6 +211,29 @@ TEST(BlockManager, CachedBlocksAreEvictedLeastRecentlyReleasedTailFirst) {
   EXPECT_EQ(m.alloc(8, concat(b, {7})), 0);
 }
 
+TEST(BlockManager, ReuseBeforeFreshEvictsCachedBlocksBeforeTouchingNewOnes) {
+  // The CPU pool's policy: a released sequence's cached blocks are reused before any block that
+  // was never written, so the touched (resident) part of the pool stays at the peak in use.
+  for (const bool reuse : {false, true}) {
+    SCOPED_TRACE(reuse ? "reuse before fresh" : "fresh first");
+    Checked m(8, 2, true, reuse);
+    const Ids a = seq_tokens(0, 4);
+    m.prefill(1, a);  // 0, 1, both cached on release
+    m.release(1);
+    m.alloc(2, {});
+    ASSERT_TRUE(m.grow(2, 4));
+    EXPECT_EQ(m.table(2), reuse ? (Ids{1, 0}) : (Ids{2, 3}));  // tail first, as eviction goes
+    EXPECT_EQ(m.bm.num_touched_blocks(), reuse ? 2 : 4);
+    ASSERT_TRUE(m.grow(2, 8));  // nothing cached is left: fresh blocks either way
+    EXPECT_EQ(m.bm.num_touched_blocks(), reuse ? 4 : 6);
+    m.release(2);
+    // A plain block freed by a sequence still comes before everything else.
+    m.alloc(3, {});
+    ASSERT_TRUE(m.grow(3, 1));
+    EXPECT_EQ(m.bm.num_touched_blocks(), reuse ? 4 : 6);
+  }
+}
+
 TEST(BlockManager, CommitHashesOnlyNewlyCompletedFullBlocks) {
   Checked m(8, 4);
   m.alloc(1, seq_tokens(0, 3));
@@ -314,11 +340,12 @@ TEST(BlockHash, ChainsThroughTheParent) {
 // Random admits, decode steps, releases and resets over a small vocabulary (so prefixes repeat).
 // A shadow records, for every block, the token prefix whose KV it holds; every prefix hit must
 // hand back blocks holding exactly the prompt's prefix.
-void run_random(uint32_t seed, int32_t num_blocks, int32_t bs, bool cache) {
+void run_random(uint32_t seed, int32_t num_blocks, int32_t bs, bool cache,
+                bool reuse_before_fresh = false) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   auto rnd = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  Checked m(num_blocks, bs, cache);
+  Checked m(num_blocks, bs, cache, reuse_before_fresh);
   std::map<uint64_t, Ids> live;          // seq -> tokens written so far
   std::vector<Ids> content(num_blocks);  // block -> prefix its KV holds (empty: unknown)
   const std::vector<Ids> stems = {seq_tokens(0, 3 * bs), seq_tokens(1, 2 * bs), {}};
@@ -393,6 +420,7 @@ TEST(BlockManagerRandom, InvariantsAndReusedContentHold) {
   for (uint32_t seed = 1; seed <= 6; ++seed) run_random(seed, 24, 2, true);
   run_random(7, 64, 4, true);
   run_random(8, 24, 2, false);
+  for (uint32_t seed = 9; seed <= 12; ++seed) run_random(seed, 24, 2, true, true);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+from tokenizers import pre_tokenizers
 
 from met.model.config import ModelConfig
 from met.model.llama import LlamaModel, PagedKvCache
@@ -165,3 +166,21 @@ def real_model_path() -> Path | None:
     override = os.environ.get("MET_TEST_MODEL")
     path = Path(override) if override else default_model_path()
     return path if path.is_file() else None
+
+
+def byte_tokenizer_json() -> str:
+    """A byte-level tokenizer with exactly 256 ids, so every id the random model picks decodes."""
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "merges": []}
+    model["vocab"] = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    return json.dumps(
+        {
+            "version": "1.0",
+            "added_tokens": [],
+            "normalizer": None,
+            "pre_tokenizer": level,
+            "post_processor": None,
+            "decoder": level,
+            "model": model,
+        }
+    )

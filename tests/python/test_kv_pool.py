@@ -7,9 +7,11 @@ import sys
 
 import pytest
 import torch
-from model_fixtures import tiny_config
+from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
 
+import met
 from met.model.llama import PagedKvCache
+from met.sampling import SamplingParams
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/statm")
 
@@ -30,3 +32,20 @@ def test_cpu_pool_is_zero_and_committed_only_where_written() -> None:
     cache.k[:, 5] = 1.0
     assert float(cache.k[:, 5].sum()) == cache.k[:, 5].numel()
     assert _rss_bytes() - before < pool_bytes // 8
+
+
+def test_cpu_engine_reuses_cached_blocks_before_touching_new_ones(tmp_path) -> None:
+    # Twenty different prompts one after another: with the prefix cache on, each finished
+    # sequence leaves cached blocks; the CPU engine evicts those rather than writing (and so
+    # committing) new blocks, so the pool's touched part stays at one request's worth.
+    config = tiny_config(vocab=256)
+    save_hf_folder(tmp_path, config, random_weights(config))
+    (tmp_path / "tokenizer.json").write_text(byte_tokenizer_json())
+    llm = met.LLM(model=str(tmp_path), device="cpu", kv_cache_blocks=256, block_size=4)
+    greedy = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    for i in range(20):
+        llm.generate(prompt_token_ids=[10 + i + j for j in range(20)], sampling_params=greedy)
+    blocks = llm.engine.blocks
+    assert blocks.num_cached_blocks() > 0
+    assert blocks.num_touched_blocks() <= 2 * (28 // 4 + 1)
+    llm.close()

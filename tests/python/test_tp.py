@@ -3,16 +3,20 @@ that does not split, a hand-launched torchrun-style pair serving HTTP, and a wor
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from model_fixtures import random_weights, real_model_path, save_hf_folder, tiny_config
+from model_fixtures import (
+    byte_tokenizer_json,
+    random_weights,
+    real_model_path,
+    save_hf_folder,
+    tiny_config,
+)
 from server_harness import ServerProcess, free_port, start_server
-from tokenizers import pre_tokenizers
 
 import met
 from met.parallel.protocol import EP_FREE, EP_PREFILL, EP_SHUTDOWN
@@ -23,31 +27,13 @@ from met.sampling import SamplingParams
 PROMPTS = [[1, 5, 9, 33, 70, 100, 7], [1, 200, 3] * 7]
 
 
-def _byte_tokenizer_json() -> str:
-    """A byte-level tokenizer with exactly 256 ids, so every id the random model picks decodes."""
-    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
-    model = {"type": "BPE", "dropout": None, "unk_token": None, "merges": []}
-    model["vocab"] = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    return json.dumps(
-        {
-            "version": "1.0",
-            "added_tokens": [],
-            "normalizer": None,
-            "pre_tokenizer": level,
-            "post_processor": None,
-            "decoder": level,
-            "model": model,
-        }
-    )
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """2 layers, 4 heads, 2 KV heads, MLP 128, vocab 256: splits over 2 ranks."""
     folder = tmp_path_factory.mktemp("tiny-llama")
     config = tiny_config(vocab=256)
     save_hf_folder(folder, config, random_weights(config, seed=7))
-    (folder / "tokenizer.json").write_text(_byte_tokenizer_json())
+    (folder / "tokenizer.json").write_text(byte_tokenizer_json())
     return folder
 
 

@@ -18,6 +18,13 @@
 // evicted least recently released first, and within one sequence tail first: a prefix hit needs
 // the whole chain from block 0, so evicting a head block would strand every block after it.
 //
+// Fresh blocks first or cached blocks first: by default allocation takes never-used blocks
+// before evicting cached ones (a GPU pool is committed memory anyway, so a bigger cache is free).
+// With reuse_before_fresh (a CPU pool whose pages are committed only when first written), a
+// grow() that would take a never-used block takes the least recently released cached block
+// instead while one exists, so the pool's resident memory follows the peak of blocks in use
+// rather than every token ever served.
+//
 // Hashing: the hash of full block j is H(hash of block j-1, tokens of block j) (64-bit,
 // splitmix64-style mixing, written here). Only full blocks are hashed. A hit compares the block's
 // tokens and its parent hash, so a false hit needs two different token prefixes whose 64-bit chain
@@ -38,7 +45,8 @@ uint64_t hash_block(uint64_t parent, const int32_t* tokens, size_t n);
 
 class BlockManager {
  public:
-  BlockManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache = true);
+  BlockManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache = true,
+               bool reuse_before_fresh = false);
 
   // Creates `seq`'s table (std::invalid_argument if it exists) holding the longest run of cached
   // full blocks that match the prompt's leading blocks, never covering the last prompt token.
@@ -48,7 +56,9 @@ class BlockManager {
   int32_t allocate_prefix(uint64_t seq, const int32_t* prompt, size_t n);
 
   // Makes the table cover positions [0, num_tokens). All-or-nothing: on shortage returns false and
-  // changes nothing. Transition per new block: free(plain or cached, hash evicted) -> used(ref 1).
+  // changes nothing. Transition per new block: free(plain or cached, hash evicted) -> used(ref 1);
+  // which block: the front of the free list, or with reuse_before_fresh the first cached block
+  // when the front one was never used.
   bool grow(uint64_t seq, int32_t num_tokens);
 
   // `tokens` is every token whose KV is written so far (prompt + generated); its prefix must not
@@ -76,6 +86,8 @@ class BlockManager {
   int32_t num_used_blocks() const { return num_total_blocks() - num_free_; }
   int32_t num_cached_blocks() const { return num_cached_free_; }  // free and hashed
   bool prefix_cache_enabled() const { return enable_prefix_cache_; }
+  // Blocks ever handed out by grow(): with reuse_before_fresh, the pool's high-water mark.
+  int32_t num_touched_blocks() const { return num_touched_; }
   int32_t ref_count(int32_t block) const;  // for tests and debugging
   // Counted by allocate_prefix while the prefix cache is on: prompt tokens asked / found cached.
   int64_t prefix_queried_tokens() const { return queried_tokens_; }
@@ -88,6 +100,7 @@ class BlockManager {
   struct Block {
     int32_t ref = 0;
     bool hashed = false;
+    bool touched = false;  // handed out by grow() at least once
     uint64_t hash = 0;
     uint64_t parent_hash = 0;  // verified on a hit, with the tokens, against hash collisions
   };
@@ -112,11 +125,15 @@ class BlockManager {
 
   int32_t block_size_;
   bool enable_prefix_cache_;
+  bool reuse_before_fresh_;
   std::vector<Block> blocks_;
   std::vector<int32_t> block_tokens_;  // tokens of hashed blocks, block_size per block
   std::vector<int32_t> prev_, next_;   // free-list links, meaningful only while ref == 0
   int32_t num_free_ = 0;
   int32_t num_cached_free_ = 0;
+  int32_t num_touched_ = 0;
+  // The first (least recently released) cached block in the free list, or the sentinel.
+  int32_t first_cached_ = 0;
   std::unordered_map<uint64_t, int32_t> cache_;  // chained hash -> block
   std::unordered_map<uint64_t, SeqState> seqs_;
   int64_t queried_tokens_ = 0;

@@ -52,7 +52,15 @@ class EngineCore:
         )
         num_blocks = self._num_kv_blocks()
         kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size)
-        self.blocks = _core.BlockManager(num_blocks, config.block_size, config.enable_prefix_cache)
+        # The CPU pool commits memory page by page as blocks are first written (PagedKvCache):
+        # reusing cached blocks before touching new ones keeps its resident size at the peak in
+        # use instead of growing with every token served.
+        self.blocks = _core.BlockManager(
+            num_blocks,
+            config.block_size,
+            config.enable_prefix_cache,
+            reuse_before_fresh=self.model.device.type == "cpu",
+        )
         self._parallel = None
         self.backend = self._make_backend(kv_cache, num_blocks)
         self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
