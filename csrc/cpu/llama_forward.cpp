@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "cpu/ops.h"
 #include "cpu/quant_matmul_internal.h"
