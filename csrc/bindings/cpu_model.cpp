@@ -87,6 +87,17 @@ std::unique_ptr<cpu::LlamaForward> make_forward(const py::dict& dims, const py::
   }
 }
 
+// Bad rows surface as ValueError; the GIL is free while the forward runs.
+void forward_without_gil(cpu::LlamaForward& self, const cpu::ForwardBatch& batch,
+                         uintptr_t logits) {
+  try {
+    py::gil_scoped_release release;
+    self.forward(batch, ptr<float>(logits));
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr_t cu_seqlens,
                  uintptr_t seq_lens, uintptr_t block_tables, int64_t table_stride,
                  uintptr_t logits_rows, int64_t n_logits, uintptr_t logits) {
@@ -96,12 +107,7 @@ void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr
                              ptr<const int32_t>(block_tables), table_stride};
   batch.logits_rows = ptr<const int64_t>(logits_rows);
   batch.n_logits = n_logits;
-  try {
-    py::gil_scoped_release release;
-    self.forward(batch, ptr<float>(logits));
-  } catch (const std::invalid_argument& e) {
-    throw py::value_error(e.what());
-  }
+  forward_without_gil(self, batch, logits);
 }
 
 // The backend's own shape of a step: each row's new tokens, the position of its first one and
@@ -132,12 +138,7 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
                              static_cast<int64_t>(stride)};
   batch.logits_rows = logits_rows.data();
   batch.n_logits = static_cast<int64_t>(n_rows);
-  try {
-    py::gil_scoped_release release;
-    self.forward(batch, ptr<float>(logits));
-  } catch (const std::invalid_argument& e) {
-    throw py::value_error(e.what());
-  }
+  forward_without_gil(self, batch, logits);
   return py::cast(self.argmax());
 }
 

@@ -176,6 +176,18 @@ void LlamaForward::embed(const ForwardBatch& batch, int64_t n_tokens) {
   }
 }
 
+void LlamaForward::residual_norm_row(int64_t t, const float* norm, bool add_delta,
+                                     const detail::QuantActs& acts) {
+  const int64_t dim = dims_.dim;
+  float* x = x_.data() + t * dim;
+  if (add_delta) {
+    const float* delta = delta_.data() + t * dim;
+    for (int64_t i = 0; i < dim; ++i) x[i] += delta[i];
+  }
+  rms_norm_row(x, norm, h_.data() + t * dim, dim, dims_.norm_eps);
+  quantize_act_row(h_.data(), dim, t, acts, isa_);
+}
+
 void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
                                    int64_t n_tokens) {
   const LlamaDims& d = dims_;
@@ -184,14 +196,8 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
-    float* x = x_.data() + t * d.dim;
     // The previous layer's MLP output joins the residual stream here, fused with the norm.
-    if (layer > 0) {
-      const float* delta = delta_.data() + t * d.dim;
-      for (int64_t i = 0; i < d.dim; ++i) x[i] += delta[i];
-    }
-    rms_norm_row(x, w.attn_norm, h_.data() + t * d.dim, d.dim, d.norm_eps);
-    quantize_act_row(h_.data(), d.dim, t, acts, isa_);
+    residual_norm_row(t, w.attn_norm, layer > 0, acts);
   }
   barrier_.wait();
   matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, qkv_width_, d.dim, w.wqkv.q, isa_);
@@ -248,13 +254,7 @@ void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    float* x = x_.data() + t * d.dim;
-    const float* delta = delta_.data() + t * d.dim;
-    for (int64_t i = 0; i < d.dim; ++i) x[i] += delta[i];
-    rms_norm_row(x, w.mlp_norm, h_.data() + t * d.dim, d.dim, d.norm_eps);
-    quantize_act_row(h_.data(), d.dim, t, acts, isa_);
-  }
+  for (int64_t t = 0; t < n_tokens; ++t) residual_norm_row(t, w.mlp_norm, true, acts);
   barrier_.wait();
   matmul_acts_team(acts, w.w_gate_up.data, gate_up_.data(), n_tokens, 2 * d.ffn, d.dim,
                    w.w_gate_up.q, isa_);

@@ -97,6 +97,10 @@ class LlamaForward {
   void attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
                        int64_t n_tokens);
   void mlp_block(const LayerWeights& w, int64_t n_tokens);
+  // Token t's residual row, after adding the last sublayer's output when add_delta, normalized
+  // with `norm` into h_ and quantized there for the next matmul.
+  void residual_norm_row(int64_t t, const float* norm, bool add_delta,
+                         const detail::QuantActs& acts);
   void rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens);
   void head(const ForwardBatch& batch, float* logits);
   detail::QuantActs quant_acts();
