@@ -125,21 +125,30 @@ class PagedRunner:
         self.tables: dict[str, list[int]] = {}
         self.lens: dict[str, int] = {}
 
+    def reserve(self, rows: list[tuple[str, list[int]]]) -> list[int]:
+        """Grow each row's table for its new tokens and advance its length; returns where each
+        row's new tokens start."""
+        starts = []
+        for name, tokens in rows:
+            start = self.lens.get(name, 0)
+            table = self.tables.setdefault(name, [])
+            while len(table) * self.cache.block_size < start + len(tokens):
+                table.append(self.free.pop())
+            self.lens[name] = start + len(tokens)
+            starts.append(start)
+        return starts
+
     def step(self, rows: list[tuple[str, list[int]]]) -> list[torch.Tensor]:
         """Run rows (sequence name, new tokens) as one packed forward; logits of every token."""
         bs = self.cache.block_size
         ids, pos, slots, cu, seq_lens = [], [], [], [0], []
-        for name, tokens in rows:
-            start = self.lens.get(name, 0)
-            table = self.tables.setdefault(name, [])
-            while len(table) * bs < start + len(tokens):
-                table.append(self.free.pop())
+        for (name, tokens), start in zip(rows, self.reserve(rows), strict=True):
+            table = self.tables[name]
             for offset, token in enumerate(tokens):
                 p = start + offset
                 ids.append(token)
                 pos.append(p)
                 slots.append(table[p // bs] * bs + p % bs)
-            self.lens[name] = start + len(tokens)
             cu.append(len(ids))
             seq_lens.append(self.lens[name])
         width = max(len(self.tables[name]) for name, _ in rows) + 1

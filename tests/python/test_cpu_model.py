@@ -148,12 +148,7 @@ def test_forward_rows_packs_like_forward() -> None:
     cpu = CpuLlama(model, by_rows.cache)
     for rows in STEPS:
         want = [logits[-1] for logits in packed.step(rows)]
-        starts = [by_rows.lens.get(name, 0) for name, _ in rows]
-        for name, tokens in rows:  # grow the tables the way PagedRunner does
-            table = by_rows.tables.setdefault(name, [])
-            while len(table) * 4 < by_rows.lens.get(name, 0) + len(tokens):
-                table.append(by_rows.free.pop())
-            by_rows.lens[name] = by_rows.lens.get(name, 0) + len(tokens)
+        starts = by_rows.reserve(rows)
         tables = [by_rows.tables[name] for name, _ in rows]
         got, greedy = cpu.forward_rows([tokens for _, tokens in rows], starts, tables)
         assert torch.equal(got, torch.stack(want))
