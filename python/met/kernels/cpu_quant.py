@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize, quantize
 from torch import Tensor
 
 from met import _core
@@ -43,13 +41,16 @@ class QuantLinear:
     @classmethod
     def from_float(cls, weight: Tensor, qtype: str) -> QuantLinear:
         """Quantize a float [out, in] weight with gguf's reference quantizer."""
+        from gguf import GGMLQuantizationType
+        from gguf.quants import quantize
+
         array = weight.detach().float().cpu().numpy()
         packed = quantize(array, GGMLQuantizationType[qtype])
         return cls(torch.from_numpy(np.ascontiguousarray(packed)), qtype, *weight.shape)
 
     def dequantize(self) -> Tensor:
         """The float weight these blocks stand for (gguf's reading of the format)."""
-        array = dequantize(self.blocks.numpy(), GGMLQuantizationType[self.qtype])
+        array = _dequantize(self.blocks.numpy(), self.qtype)
         return torch.from_numpy(np.ascontiguousarray(array)).reshape(
             self.out_features, self.in_features
         )
@@ -68,7 +69,7 @@ class QuantLinear:
         """Float32 rows [len(ids), in_features]: an embedding lookup that dequantizes only the
         rows it reads, so a tied embedding needs no float copy of the table."""
         picked = self.blocks[ids.cpu()].numpy()
-        array = dequantize(picked, GGMLQuantizationType[self.qtype])
+        array = _dequantize(picked, self.qtype)
         return torch.from_numpy(np.ascontiguousarray(array)).reshape(-1, self.in_features)
 
     @property
@@ -96,3 +97,12 @@ class QuantLinear:
             isa,
         )
         return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def _dequantize(blocks: np.ndarray, qtype: str) -> np.ndarray:
+    # gguf is imported where blocks are read, so a model without GGUF weights (a Hugging Face
+    # folder) loads where the gguf package is not installed.
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    return dequantize(blocks, GGMLQuantizationType[qtype])
