@@ -7,6 +7,10 @@ C++ owns the stream the graphs are captured and replayed on (cuda_streams.CudaSt
 A batch of n rows runs the graph of the smallest captured size >= n: its inputs are copied into
 the first n rows of the graph's buffers and the other rows are set to each input's pad value
 (for met's decode: slot -1 so kv_append skips the row, seq_len 0 so attention writes zeros).
+
+`capture=False` keeps the buckets and the padding but runs the forward eagerly on the padded
+buffers at each call: the same inputs a replay would see, on any device (the CPU tests check
+met's padding contract this way; a GPU run with --enforce-eager does not come here at all).
 """
 
 from __future__ import annotations
@@ -32,15 +36,19 @@ class DecodeGraphs:
         batch_sizes: Iterable[int] = DEFAULT_BATCH_SIZES,
         stream: torch.cuda.Stream | None = None,
         warmup: int = 2,
+        capture: bool = True,
     ) -> None:
         self._forward = forward
         self._pad = dict(pad)
         self._stream = stream
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, Tensor], Tensor]] = {}
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph | None, dict[str, Tensor], Tensor]] = {}
         self._pool = None
         # Largest first: smaller graphs then fit in the memory the first one pooled.
         for size in sorted(set(batch_sizes), reverse=True):
-            self._capture(size, make_buffers(size), warmup)
+            if capture:
+                self._capture(size, make_buffers(size), warmup)
+            else:
+                self._graphs[size] = (None, make_buffers(size), None)
 
     def _capture(self, size: int, buffers: dict[str, Tensor], warmup: int) -> None:
         stream = self._stream if self._stream is not None else torch.cuda.Stream()
@@ -79,5 +87,7 @@ class DecodeGraphs:
             buf[:n].copy_(value, non_blocking=True)
             if n < size:
                 buf[n:].fill_(self._pad[name])
+        if graph is None:
+            return self._forward(buffers)[:n]
         graph.replay()
         return out[:n]
