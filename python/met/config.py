@@ -22,3 +22,4 @@ class EngineConfig:
     enable_prefix_cache: bool = True
     max_queue: int = 256
     tensor_parallel_size: int = 1  # ranks each holding 1/N of every layer (met.parallel)
+    enforce_eager: bool = False  # GPU: no CUDA graphs, every decode step launched op by op

@@ -18,6 +18,7 @@ from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
 from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
+from met.model.cuda_llama import cuda_forward_for
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
@@ -91,7 +92,7 @@ class EngineCore:
 
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:
-            forward = cpu_forward_for(self.model, kv_cache)
+            forward = _fast_forward(self.model, kv_cache, self.max_model_len, self.config)
             return TorchBackend(forward, kv_cache, self.blocks, self.config.max_num_seqs)
         from met.parallel.dist import start_rank0
         from met.parallel.tp_backend import TensorParallelBackend
@@ -252,6 +253,16 @@ class EngineCore:
         """After a failure: stops the workers this process spawned (no-op otherwise)."""
         if self._parallel is not None:
             self._parallel.close(clean=False)
+
+
+def _fast_forward(model, kv_cache, max_model_len: int, config: EngineConfig):
+    """The forward a single-process engine runs: met's kernels (C++ on the CPU, CUDA on a GPU)
+    whenever the model allows them, else the torch model itself."""
+    if model.device.type == "cuda":
+        return cuda_forward_for(
+            model, kv_cache, max_model_len, config.max_num_seqs, eager=config.enforce_eager
+        )
+    return cpu_forward_for(model, kv_cache)
 
 
 def _rank0_shard(world: int):

@@ -35,13 +35,14 @@ class TorchBackend(_core.Backend):
         self.blocks = block_manager
         self._free_slots = list(range(max_slots - 1, -1, -1))  # sorted descending; pop = lowest
         self._logits: torch.Tensor | None = None
-        # Each logits row's argmax when the forward found them already (the C++ CPU forward).
-        self._greedy: list[int] | None = None
+        # Each logits row's argmax when the forward found them already: a list from the C++ CPU
+        # forward, a device tensor from the GPU one (read back on first use).
+        self._greedy: list[int] | torch.Tensor | None = None
         self._history: dict[int, list[int]] = {}
         # Prompt tokens each live sequence reused from the prefix cache, by request id.
         self.cached_tokens: dict[int, int] = {}
         self.streams = _cuda_streams(model.device)
-        # The C++ CPU forward packs rows itself (met.model.cpu_llama.CpuLlama.forward_rows).
+        # The C++ CPU forward and the GPU one pack rows themselves (CpuLlama / CudaLlama).
         self._forward_rows = getattr(model, "forward_rows", None)
 
     # --- silent queries ---
@@ -143,15 +144,15 @@ class TorchBackend(_core.Backend):
 
     def _forward(self, rows: list[_Row], stream: int) -> None:
         tables = [self._reserve(row) for row in rows]
-        if self._forward_rows is not None:
-            starts = [row.start for row in rows]
-            self._logits, self._greedy = self._forward_rows(
-                [row.tokens for row in rows], starts, tables
-            )
-        else:
-            with self._on(stream):
+        with self._on(stream):
+            if self._forward_rows is not None:
+                starts = [row.start for row in rows]
+                self._logits, self._greedy = self._forward_rows(
+                    [row.tokens for row in rows], starts, tables
+                )
+            else:
                 self._logits = self._run_model(self._pack(rows, tables))
-            self._greedy = None
+                self._greedy = None
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 
@@ -209,15 +210,14 @@ class TorchBackend(_core.Backend):
 
     # --- readback ---
     def argmax_on_device(self, row: int, stream: int) -> int:
-        if self._greedy is not None:
-            return self._greedy[row]
-        with self._on(stream):
-            return int(self._logits[row].argmax())
+        return self.argmax_batch(row, 1, stream)[0]
 
     def argmax_batch(self, row: int, n: int, stream: int) -> list[int]:
-        if self._greedy is not None:
-            return self._greedy[row : row + n]
         with self._on(stream):
+            if isinstance(self._greedy, torch.Tensor):
+                self._greedy = self._greedy.tolist()  # the step's one wait for the device
+            if self._greedy is not None:
+                return self._greedy[row : row + n]
             return self._logits[row : row + n].argmax(dim=-1).tolist()
 
     def copy_logits_to_host(self, row: int, n: int) -> None:

@@ -78,6 +78,7 @@ _OPTIONS = (
     ),
     _Option("max_queue", int, "waiting requests before answering 503", True, minimum=1),
     _Option("tensor_parallel_size", int, "ranks to split the model over", True, minimum=1),
+    _Option("enforce_eager", bool, "GPU: run decode op by op instead of CUDA graphs", True),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
     _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),
     _Option("request_timeout", float, "seconds a request may run (default: no limit)", minimum=0),
