@@ -4,15 +4,17 @@
 # benchmarks/gpu_check.py against a plain torch (SDPA) implementation of the same shapes.
 #
 # Needs on the machine (nothing is downloaded): nvcc (CUDA 12 or 13), cmake >= 3.18, g++,
-# python3 with torch (a CUDA build), numpy, pybind11 and pytest; ninja and GoogleTest are used
-# when present. Usage: benchmarks/gpu_check.sh [--quick]   (--quick: fewer timing iterations)
+# python3 with torch (a CUDA build), numpy, pybind11, pytest, tokenizers, jinja2 and safetensors
+# (the engine test's tiny model; gguf is not needed); ninja and GoogleTest are used when present.
+# Usage: benchmarks/gpu_check.sh [--quick]   (--quick: fewer timing iterations)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MET_GPU_BUILD_DIR:-build/cuda-check}
 start=$SECONDS
 
-python3 -c "import torch, numpy, pybind11, pytest" || {
-  echo "gpu_check: needs python3 with torch (CUDA build), numpy, pybind11 and pytest" >&2
+python3 -c "import torch, numpy, pybind11, pytest, tokenizers, jinja2, safetensors" || {
+  echo "gpu_check: needs python3 with torch (CUDA build), numpy, pybind11, pytest," \
+    "tokenizers, jinja2 and safetensors" >&2
   exit 2
 }
 generator=()
@@ -42,7 +44,8 @@ if [ "$tests" = ON ]; then
   "$build/met_tests" --gtest_brief=1
 fi
 echo "== GPU tests"
-python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_kernels.py -m gpu -rs
+python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/python/test_cuda_kernels.py \
+  tests/python/test_cuda_llama.py tests/python/test_engine_gpu.py
 echo "== timings"
 python3 benchmarks/gpu_check.py "$@"
 echo "== gpu_check done in $((SECONDS - start)) s"
