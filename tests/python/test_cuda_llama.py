@@ -117,32 +117,72 @@ def test_graph_batch_sizes_end_at_the_engine_batch() -> None:
     assert graph_batch_sizes(1) == [1]
 
 
-def test_the_engine_backend_runs_it_and_greedy_tokens_match(tmp_path, monkeypatch) -> None:
+@pytest.fixture
+def tiny_folder(tmp_path):
     config = tiny_config(vocab=256)
     save_hf_folder(tmp_path, config, random_weights(config, seed=9))
     (tmp_path / "tokenizer.json").write_text(byte_tokenizer_json())
+    return tmp_path
+
+
+def _with_kernels(model, cache, max_model_len, config) -> CudaLlama:
+    return CudaLlama(
+        model, cache, max_model_len, config.max_num_seqs, ops=torch_kernel_ops, graphs="eager"
+    )
+
+
+def _engine(folder) -> met.LLM:
+    # Short chunks: chunked prefill, mixed steps and batched decode all run.
+    return met.LLM(str(folder), "float32", device="cpu", max_prefill_tokens=8)
+
+
+def test_the_engine_backend_runs_it_and_greedy_tokens_match(tiny_folder, monkeypatch) -> None:
     prompts = [[10 + i + j for j in range(5 + 3 * i)] for i in range(5)]
     params = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
 
     def tokens() -> tuple[list[list[int]], object]:
-        # Short chunks: chunked prefill, mixed steps and batched decode all run.
-        with met.LLM(str(tmp_path), "float32", device="cpu", max_prefill_tokens=8) as llm:
+        with _engine(tiny_folder) as llm:
             outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
             chosen = llm.engine.backend.model
         return [out.token_ids for out in outs], chosen
 
     want, plain = tokens()
     assert isinstance(plain, LlamaModel)
-
-    def with_kernels(model, cache, max_model_len, config):
-        return CudaLlama(
-            model, cache, max_model_len, config.max_num_seqs, ops=torch_kernel_ops, graphs="eager"
-        )
-
-    monkeypatch.setattr(core, "_fast_forward", with_kernels)
+    monkeypatch.setattr(core, "_fast_forward", _with_kernels)
     got, chosen = tokens()
     assert isinstance(chosen, CudaLlama) and chosen.graph_batch_sizes == [1, 2, 4, 8]
     assert got == want
+
+
+def test_plain_rows_are_drawn_by_the_sampling_kernel(tiny_folder, monkeypatch) -> None:
+    monkeypatch.setattr(core, "_fast_forward", _with_kernels)
+    drawn: list[int] = []
+    kernel_sample = CudaLlama.kernel_sample
+
+    def counting(self, logits, rows, params):
+        drawn.append(len(rows))
+        return kernel_sample(self, logits, rows, params)
+
+    monkeypatch.setattr(CudaLlama, "kernel_sample", counting)
+    seeded = SamplingParams(
+        temperature=0.9, top_k=50, top_p=0.9, seed=7, max_tokens=12, ignore_eos=True
+    )
+    prompt = list(range(40, 52))
+    others = [
+        SamplingParams(temperature=0.7, repetition_penalty=1.3, seed=1, max_tokens=12),
+        SamplingParams(temperature=0.7, logprobs=2, seed=2, max_tokens=12),
+    ]
+    with _engine(tiny_folder) as llm:
+        alone = llm.generate(prompt_token_ids=[prompt], sampling_params=seeded)[0]
+        assert sum(drawn) == 12  # every pick of the plain row came from the kernel
+        batch = llm.generate(
+            prompt_token_ids=[prompt, list(range(60, 70)), list(range(80, 95))],
+            sampling_params=[seeded, *others],
+        )
+    assert batch[0].token_ids == alone.token_ids
+    assert len(set(alone.token_ids)) > 1  # drawn, not stuck on one token
+    logprobs = batch[2].outputs[0].logprobs
+    assert logprobs and all(lp.logprob <= 0.0 for lp in logprobs)  # the torch sampler's
 
 
 def test_a_cpu_model_keeps_its_own_forward() -> None:

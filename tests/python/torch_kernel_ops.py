@@ -8,10 +8,12 @@ packing, validation and graph padding run here.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+from met import _core
 from met.kernels.cuda_ops import rope_tables
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "rms_norm",
     "rope_",
     "rope_tables",
+    "sample",
     "silu_mul",
 ]
 
@@ -93,3 +96,17 @@ def silu_mul(x: Tensor, out=None, stream=None) -> Tensor:
 
 def argmax(logits: Tensor, out=None, stream=None) -> Tensor:
     return logits.argmax(dim=-1).to(torch.int32)
+
+
+def sample(logits, temperature, top_k, top_p, min_p, seed, step, out=None, stream=None) -> Tensor:
+    """The kernel's own CPU reference (csrc/kernels/reference), draw for draw."""
+    draws = _core.kernel_refs.sample(
+        logits.numpy(),
+        temperature.numpy(),
+        top_k.numpy(),
+        top_p.numpy(),
+        min_p.numpy(),
+        seed.numpy().view(np.uint64),
+        step.numpy().view(np.uint64),
+    )
+    return torch.from_numpy(draws)

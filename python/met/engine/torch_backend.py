@@ -6,9 +6,11 @@ forward, with KV pages handed out by the C++ block manager (keyed by the sequenc
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from met import _core
@@ -44,6 +46,8 @@ class TorchBackend(_core.Backend):
         self.streams = _cuda_streams(model.device)
         # The C++ CPU forward and the GPU one pack rows themselves (CpuLlama / CudaLlama).
         self._forward_rows = getattr(model, "forward_rows", None)
+        # The GPU forward draws plain rows with met's sampling kernel (CudaLlama.kernel_sample).
+        self._kernel_sample = getattr(model, "kernel_sample", None)
 
     # --- silent queries ---
     def vocab_size(self) -> int:
@@ -224,15 +228,58 @@ class TorchBackend(_core.Backend):
         """Sampling runs where the logits already live; nothing to copy."""
 
     def sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
-        index = torch.tensor([r.row for r in rows], device=self._logits.device)
-        specs = [_sample_spec(r, self._history.get(r.seq.session_hash, [])) for r in rows]
-        picks = sample(self._logits.index_select(0, index), specs)
-        return [_core.SampledToken(p.token, p.logprob, p.top) for p in picks]
+        out: list[_core.SampledToken | None] = [None] * len(rows)
+        plain = [i for i, r in enumerate(rows) if self._kernel_sample and _kernel_samples(r)]
+        if plain:
+            picked = [rows[i] for i in plain]
+            draws = self._kernel_sample(
+                self._logits, [r.row for r in picked], _kernel_params(picked)
+            )
+            # No logprob was asked for these rows, so none is computed.
+            for i, token in zip(plain, draws.tolist(), strict=True):
+                out[i] = _core.SampledToken(token, math.nan, [])
+        rest = [i for i in range(len(rows)) if out[i] is None]
+        if rest:
+            index = torch.tensor([rows[i].row for i in rest], device=self._logits.device)
+            specs = [
+                _sample_spec(rows[i], self._history.get(rows[i].seq.session_hash, [])) for i in rest
+            ]
+            picks = sample(self._logits.index_select(0, index), specs)
+            for i, p in zip(rest, picks, strict=True):
+                out[i] = _core.SampledToken(p.token, p.logprob, p.top)
+        return out
 
 
 def _slice_row(piece: _core.PrefillSlice) -> _Row:
     prompt = piece.prompt
     return _Row(piece.seq, list(prompt[piece.start : piece.start + piece.len]), piece.start)
+
+
+def _kernel_samples(row: _core.SampleRow) -> bool:
+    """Whether met's sampling kernel can draw this row: it has temperature, top-k, top-p and
+    min-p only, and reports no logprobs. A row's sampler depends on its own request alone, so a
+    seeded request replays the same tokens whatever shares its batch."""
+    p = row.params
+    return (
+        p.top_logprobs < 0
+        and not p.logit_bias
+        and p.repetition_penalty == 1.0
+        and p.presence_penalty == 0.0
+        and p.frequency_penalty == 0.0
+        and not (row.mask_stop and len(row.stop_tokens))
+    )
+
+
+def _kernel_params(rows: list[_core.SampleRow]) -> dict[str, np.ndarray]:
+    params = [r.params for r in rows]
+    return {
+        "temperature": np.array([p.temperature for p in params], np.float32),
+        "top_k": np.array([max(p.top_k, 0) for p in params], np.int32),
+        "top_p": np.array([p.top_p for p in params], np.float32),
+        "min_p": np.array([p.min_p for p in params], np.float32),
+        "seed": np.array([p.seed for p in params], np.uint64),
+        "step": np.array([r.n_generated for r in rows], np.int64),
+    }
 
 
 def _sample_spec(row: _core.SampleRow, history: list[int]) -> SampleSpec:

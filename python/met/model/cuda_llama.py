@@ -136,6 +136,21 @@ class CudaLlama:
 
     __call__ = forward
 
+    def kernel_sample(
+        self, logits: Tensor, rows: list[int], params: dict[str, np.ndarray]
+    ) -> Tensor:
+        """int32 draws of met's sampling kernel for logits rows `rows`; `params` holds one entry
+        per row for each of cuda_ops.sample's parameters (seed as uint64)."""
+        dev = self.device
+        picked = logits.index_select(0, self._upload(np.asarray(rows, np.int64)).to(dev))
+        args = {
+            name: self._upload(values.view(np.int64) if values.dtype == np.uint64 else values).to(
+                dev, non_blocking=True
+            )
+            for name, values in params.items()
+        }
+        return self.ops.sample(picked, **args)
+
     # --- one step ---
     def _run(self, packed: dict[str, np.ndarray]) -> Tensor:
         q_lens = np.diff(packed["cu"])
