@@ -18,6 +18,9 @@ class EngineConfig:
     max_batch_tokens: int = 8192
     max_model_len: int | None = None  # default: the model's context length
     kv_cache_blocks: int | None = None  # default: enough for max_num_seqs full contexts
+    # GPU: the share of the device's memory met may use (weights, KV pool, activations); the KV
+    # pool gets what is left, up to max_num_seqs full contexts (met.engine.kv_budget).
+    gpu_memory_utilization: float = 0.9
     block_size: int = 16
     enable_prefix_cache: bool = True
     max_queue: int = 256

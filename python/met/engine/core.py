@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import torch
 
 from met import _core
 from met.config import EngineConfig
+from met.engine.kv_budget import activation_reserve, gpu_budget, pool_blocks, pool_shape
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
 from met.engine.torch_backend import TorchBackend
@@ -21,8 +21,6 @@ from met.model.cpu_llama import cpu_forward_for
 from met.model.cuda_llama import cuda_forward_for
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
-
-_KV_BUDGET_BYTES = 1 << 30  # default GPU KV pool: 1 GiB, at least one full context
 
 
 @dataclass
@@ -73,22 +71,18 @@ class EngineCore:
     def _num_kv_blocks(self) -> int:
         if self.config.kv_cache_blocks:
             return self.config.kv_cache_blocks
-        mc = self.model_config
+        cfg, mc = self.config, self.model_config
         element = torch.empty((), dtype=self.model.dtype).element_size()
-        kv_heads = mc.n_kv_heads // self.config.tensor_parallel_size  # this rank's share
-        per_token = 2 * mc.n_layers * kv_heads * mc.head_dim * element
-        per_block = per_token * self.config.block_size
-        one_context = math.ceil(self.max_model_len / self.config.block_size) + 1
-        wanted = one_context * self.config.max_num_seqs
-        return max(one_context, min(wanted, self._kv_budget_bytes() // per_block))
-
-    def _kv_budget_bytes(self) -> int:
-        # The CPU pool is committed page by page as it is written (PagedKvCache), so it may be
-        # sized for every sequence's full context within a share of RAM; a GPU pool is real
-        # memory up front.
-        if self.model.device.type != "cpu":
-            return _KV_BUDGET_BYTES
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+        shape = pool_shape(
+            mc, element, cfg.block_size, self.max_model_len, cfg.tensor_parallel_size
+        )
+        if self.model.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.model.device)
+            reserve = activation_reserve(mc, element, cfg.max_batch_tokens, cfg.max_num_seqs)
+            budget = gpu_budget(total, free, cfg.gpu_memory_utilization, reserve)
+        else:
+            budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+        return pool_blocks(shape, cfg.max_num_seqs, budget)
 
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:

@@ -67,6 +67,13 @@ _OPTIONS = (
     _Option(
         "kv_cache_blocks", int, "KV cache blocks (default: enough for all seqs)", True, minimum=1
     ),
+    _Option(
+        "gpu_memory_utilization",
+        float,
+        "GPU: share of its memory to use; the KV cache gets what is left",
+        True,
+        minimum=0,
+    ),
     _Option("dtype", str, "weight and activation dtype", True, choices=DTYPES),
     _Option("device", str, "device to run on", True, choices=DEVICES),
     _Option(
