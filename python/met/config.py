@@ -9,8 +9,8 @@ from dataclasses import dataclass
 class EngineConfig:
     model: str | None = None  # GGUF file or Hugging Face folder; None: the default model
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    # auto | dequantized | gguf (met.models.WEIGHT_FORMATS). auto keeps a GGUF file's Q8_0/Q4_0/
-    # Q4_1 weights quantized on the CPU (run by the C++ forward) unless a dtype is asked for.
+    # auto | dequantized | gguf (met.models.WEIGHT_FORMATS). auto keeps a GGUF file's quantized
+    # weights as blocks on the CPU (run by the C++ forward) unless a dtype is asked for.
     weight_format: str = "auto"
     device: str = "auto"  # auto | cpu | cuda
     max_num_seqs: int = 8

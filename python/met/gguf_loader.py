@@ -12,17 +12,20 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from met.kernels.cpu_quant import QTYPES, QuantLinear
+from met.kernels.cpu_quant import QuantLinear
+from met.kernels.requant import to_kernel_blocks
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
 from met.model.linear import Weight
 
-SUPPORTED_TYPES = {
-    GGMLQuantizationType.F32,
-    GGMLQuantizationType.F16,
-    GGMLQuantizationType.BF16,
+_FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
+SUPPORTED_TYPES = _FLOAT_TYPES | {
     GGMLQuantizationType.Q8_0,
     GGMLQuantizationType.Q4_0,
     GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0,
+    GGMLQuantizationType.Q5_1,
+    GGMLQuantizationType.Q2_K,
+    GGMLQuantizationType.Q3_K,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
@@ -145,7 +148,8 @@ def _dequantize(tensor: Any, path: Path) -> np.ndarray:
     if tensor.tensor_type not in SUPPORTED_TYPES:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which met cannot "
-            "dequantize; use a file quantized as F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K"
+            "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1 or "
+            "Q2_K..Q6_K"
         )
     try:
         array = dequantize(tensor.data, tensor.tensor_type)
@@ -187,8 +191,8 @@ def iter_weights(
 ) -> Iterator[tuple[str, Weight]]:
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
-    With keep_blocks, linear weights stored as Q8_0/Q4_0/Q4_1 come as QuantLinear over their
-    block bytes (read from the file) instead."""
+    With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
+    Q8_0/Q4_0/Q4_1 tensor's own, any other format's converted (met.kernels.requant)."""
     with Path(path).open("rb") as file:
         for tensor in reader.tensors:
             name = _canonical_name(tensor.name)
@@ -207,15 +211,20 @@ def _weight(
     file: BinaryIO,
 ) -> Weight:
     blocks = keep_blocks and _blockwise(name, tensor)
+    qtype = tensor.tensor_type.name
     # A quantized tensor's data is [rows, row bytes]: each row holds whole blocks along K,
     # so moving rows (the Q/K un-permutation) is exact on the bytes too.
-    weight = torch.from_numpy(_read_bytes(file, tensor) if blocks else _dequantize(tensor, path))
+    if blocks:
+        raw, qtype = to_kernel_blocks(_read_bytes(file, tensor), qtype)
+        weight = torch.from_numpy(raw)
+    else:
+        weight = torch.from_numpy(_dequantize(tensor, path))
     if config.architecture in _PERMUTED_ARCHS and name.endswith((".wq", ".bq")):
         weight = unpermute_rows(weight, config.n_heads)
     elif config.architecture in _PERMUTED_ARCHS and name.endswith((".wk", ".bk")):
         weight = unpermute_rows(weight, config.n_kv_heads)
     if blocks:
-        return QuantLinear(weight, tensor.tensor_type.name, weight.shape[0], int(tensor.shape[0]))
+        return QuantLinear(weight, qtype, weight.shape[0], int(tensor.shape[0]))
     return weight.to(dtype)
 
 
@@ -232,7 +241,9 @@ def _read_bytes(file: BinaryIO, tensor: Any) -> np.ndarray:
 
 
 def _blockwise(name: str, tensor: Any) -> bool:
-    return name.endswith(_LINEAR_SUFFIXES) and tensor.tensor_type.name in QTYPES
+    # An unsupported format is not blockwise: _dequantize then names it in its error.
+    quantized = tensor.tensor_type in SUPPORTED_TYPES - _FLOAT_TYPES
+    return name.endswith(_LINEAR_SUFFIXES) and quantized
 
 
 def load_gguf(

@@ -10,10 +10,13 @@ import pytest
 import torch
 from model_fixtures import random_weights, tiny_config
 
+import met
 from met.gguf_loader import load_gguf
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelLoadError
+from met.model.cpu_llama import CpuLlama, unsupported_reason
 from met.models import load_model
+from met.sampling import SamplingParams
 from met.tokenizer import Tokenizer, byte_level_bytes
 
 Q = gguf.GGMLQuantizationType
@@ -50,19 +53,40 @@ def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
     )
 
 
+def random_blocks(rows: int, cols: int, qtype: Q, seed: int = 0) -> np.ndarray:
+    """Valid blocks of a format gguf cannot quantize to (the K-quants): random quants and
+    scales, with every float16 scale field set to a small positive value."""
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (rows, cols // block_elems, block_bytes), dtype=np.uint8)
+    # Where each format keeps its float16 d (and dmin): first for Q4_K/Q5_K, last for Q6_K.
+    fields = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (block_bytes - 2,)}[qtype]
+    for offset in fields:
+        scale = rng.uniform(1e-3, 1e-2, raw.shape[:2]).astype(np.float16)
+        raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
 def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> None:
     array = w.numpy().astype(np.float32)
     if qtype == Q.F32:
         writer.add_tensor(name, array)
     elif qtype == Q.F16:
         writer.add_tensor(name, array.astype(np.float16))
+    elif qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        blocks = random_blocks(*array.shape, qtype, seed=len(name))
+        writer.add_tensor(name, blocks, raw_dtype=qtype)
     else:
         writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
 
 
-def write_tiny_gguf(path: Path, qtype: Q = Q.Q8_0, tied: bool = True) -> tuple:
+def write_tiny_gguf(
+    path: Path, qtype: Q = Q.Q8_0, tied: bool = True, down: Q | None = None, **shape: int
+) -> tuple:
+    """A tiny Llama GGUF; its linear weights in `qtype` (w_down and the embedding in `down` when
+    given, as Q4_K_M files keep some tensors in Q6_K); `shape` overrides tiny_config's sizes."""
     tokens = _vocab()
-    config = tiny_config(vocab=len(tokens), tie_embeddings=tied)
+    config = tiny_config(vocab=len(tokens), tie_embeddings=tied, **shape)
     weights = random_weights(config, seed=3)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(config.n_layers)
@@ -81,7 +105,7 @@ def write_tiny_gguf(path: Path, qtype: Q = Q.Q8_0, tied: bool = True) -> tuple:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_chat_template(TEMPLATE)
-    _store(w, "token_embd.weight", weights["embed"], qtype)
+    _store(w, "token_embd.weight", weights["embed"], down or qtype)
     if not tied:
         _store(w, "output.weight", weights["lm_head"], qtype)
     _store(w, "output_norm.weight", weights["norm"], Q.F32)
@@ -91,7 +115,8 @@ def write_tiny_gguf(path: Path, qtype: Q = Q.Q8_0, tied: bool = True) -> tuple:
             if short in ("wq", "wk"):
                 heads = config.n_heads if short == "wq" else config.n_kv_heads
                 tensor = torch.from_numpy(_permute(tensor.numpy(), heads))
-            _store(w, f"blk.{i}.{name}", tensor, Q.F32 if short.endswith("norm") else qtype)
+            kind = Q.F32 if short.endswith("norm") else qtype
+            _store(w, f"blk.{i}.{name}", tensor, down if down and short == "w_down" else kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -210,3 +235,36 @@ def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
         # Exact: un-permuting Q/K and fusing move whole rows of blocks.
         assert torch.equal(kept.dequantize(), reference), name
     assert torch.equal(quant.lm_head.dequantize(), dense.lm_head)
+
+
+K_SHAPE = {"hidden": 256, "head_dim": 64, "ffn": 256}  # K-quant rows hold 256-weight blocks
+
+
+@pytest.mark.parametrize(("qtype", "down"), [(Q.Q4_K, Q.Q6_K), (Q.Q5_K, None)])
+def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
+    path = tmp_path / "tiny-k.gguf"
+    write_tiny_gguf(path, qtype, tied=True, down=down, **K_SHAPE)
+    _, quant, _ = load_model(path, device="cpu", weight_format="auto")
+    _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
+    assert unsupported_reason(quant) is None  # the C++ forward runs it
+    kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
+    main = "Q4_1" if qtype == Q.Q4_K else "Q8_0"
+    assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": "Q8_0" if down else main}
+    # Q4_K -> Q4_1 rounds each sub-block's scale and min to float16 (2^-11); -> Q8_0 adds at
+    # most half an int8 step of a 32-block's largest weight (1/254).
+    tolerance = {"Q4_1": 1e-3, "Q8_0": 5e-3}
+    names = ("wqkv", "wo", "w_gate_up", "w_down")
+    pairs = [(quant.layers[1][n], dense.layers[1][n]) for n in names]
+    for kept, reference in [*pairs, (quant.embed, dense.embed)]:
+        error = (kept.dequantize() - reference).abs().max()
+        assert error <= tolerance[kept.qtype] * reference.abs().max(), kept.qtype
+
+
+def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):
+    path = tmp_path / "tiny-k.gguf"
+    write_tiny_gguf(path, Q.Q4_K, tied=True, down=Q.Q6_K, **K_SHAPE)
+    with met.LLM(str(path), device="cpu") as llm:
+        assert isinstance(llm.engine.backend.model, CpuLlama)
+        params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+        out = llm.generate(prompt_token_ids=[[5, 6, 7, 8]], sampling_params=params)[0]
+    assert len(out.token_ids) == 6

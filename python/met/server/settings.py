@@ -79,7 +79,7 @@ _OPTIONS = (
     _Option(
         "weight_format",
         str,
-        "gguf: keep Q8_0/Q4_0/Q4_1 weights quantized (CPU, float32); auto: gguf on the CPU",
+        "gguf: keep quantized weights as blocks (CPU, float32); auto: gguf on the CPU",
         True,
         choices=WEIGHT_FORMATS,
     ),
