@@ -39,12 +39,16 @@ def test_gpu_greedy_matches_cpu() -> None:
 
 
 def test_tiny_model_same_tokens_with_graphs_eager_and_on_the_cpu(tmp_path) -> None:
-    """Chunked prefill on the prefill stream, mixed steps and graph-replayed decode batches."""
+    """Chunked prefill on the prefill stream, mixed steps and graph-replayed decode batches; the
+    last two requests are sampled (by the kernel, and by the torch sampler for logprobs)."""
     config = tiny_config(vocab=256)
     save_hf_folder(tmp_path, config, random_weights(config, seed=9))
     (tmp_path / "tokenizer.json").write_text(byte_tokenizer_json())
     prompts = [[10 + i + j for j in range(5 + 3 * i)] for i in range(6)]
-    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    drawn = SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=12, ignore_eos=True)
+    with_logprobs = SamplingParams(temperature=0.8, seed=4, logprobs=2, max_tokens=12)
+    params = [greedy] * 4 + [drawn, with_logprobs]
 
     def tokens(**options) -> list[list[int]]:
         with met.LLM(str(tmp_path), "float32", max_prefill_tokens=8, **options) as llm:
@@ -58,4 +62,4 @@ def test_tiny_model_same_tokens_with_graphs_eager_and_on_the_cpu(tmp_path) -> No
 
     graphed = tokens(device="cuda")
     assert graphed == tokens(device="cuda", enforce_eager=True)
-    assert graphed == tokens(device="cpu")
+    assert graphed[:4] == tokens(device="cpu")[:4]  # the CPU draws with another generator

@@ -37,6 +37,10 @@ class TorchBackend(_core.Backend):
         self.blocks = block_manager
         self._free_slots = list(range(max_slots - 1, -1, -1))  # sorted descending; pop = lowest
         self._logits: torch.Tensor | None = None
+        # The stream the last forward ran on. Reading its logits (argmax, sampling) runs there
+        # too, so the reads queue behind the forward: on a GPU the streams are non-blocking and
+        # torch's default stream would not wait for them.
+        self._logits_stream = 0
         # Each logits row's argmax when the forward found them already: a list from the C++ CPU
         # forward, a device tensor from the GPU one (read back on first use).
         self._greedy: list[int] | torch.Tensor | None = None
@@ -148,6 +152,7 @@ class TorchBackend(_core.Backend):
 
     def _forward(self, rows: list[_Row], stream: int) -> None:
         tables = [self._reserve(row) for row in rows]
+        self._logits_stream = stream
         with self._on(stream):
             if self._forward_rows is not None:
                 starts = [row.start for row in rows]
@@ -217,7 +222,7 @@ class TorchBackend(_core.Backend):
         return self.argmax_batch(row, 1, stream)[0]
 
     def argmax_batch(self, row: int, n: int, stream: int) -> list[int]:
-        with self._on(stream):
+        with self._on(self._logits_stream):
             if isinstance(self._greedy, torch.Tensor):
                 self._greedy = self._greedy.tolist()  # the step's one wait for the device
             if self._greedy is not None:
@@ -228,6 +233,10 @@ class TorchBackend(_core.Backend):
         """Sampling runs where the logits already live; nothing to copy."""
 
     def sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
+        with self._on(self._logits_stream):
+            return self._sample_rows(rows)
+
+    def _sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         out: list[_core.SampledToken | None] = [None] * len(rows)
         plain = [i for i, r in enumerate(rows) if self._kernel_sample and _kernel_samples(r)]
         if plain:

@@ -141,12 +141,9 @@ class CudaLlama:
     ) -> Tensor:
         """int32 draws of met's sampling kernel for logits rows `rows`; `params` holds one entry
         per row for each of cuda_ops.sample's parameters (seed as uint64)."""
-        dev = self.device
-        picked = logits.index_select(0, self._upload(np.asarray(rows, np.int64)).to(dev))
+        picked = logits.index_select(0, self._on_device(np.asarray(rows, np.int64)))
         args = {
-            name: self._upload(values.view(np.int64) if values.dtype == np.uint64 else values).to(
-                dev, non_blocking=True
-            )
+            name: self._on_device(values.view(np.int64) if values.dtype == np.uint64 else values)
             for name, values in params.items()
         }
         return self.ops.sample(picked, **args)
@@ -169,10 +166,7 @@ class CudaLlama:
             inputs = {name: self._upload(packed[name]) for name in names}
             inputs["tables"] = self._upload(tables)
             return self._graphs.run(inputs)
-        step = {
-            name: self._upload(value).to(self.device, non_blocking=True)
-            for name, value in packed.items()
-        }
+        step = {name: self._on_device(value) for name, value in packed.items()}
         max_query_len = int(q_lens.max())
         max_seq_len = max(int(packed["lens"].max()), max_query_len)
         return self._step(step, max_query_len, max_seq_len, workspace=None)
@@ -181,6 +175,10 @@ class CudaLlama:
         """A host tensor the device can copy from without a sync (pinned on a GPU)."""
         host = torch.from_numpy(np.ascontiguousarray(values))
         return host.pin_memory() if self.device.type == "cuda" else host
+
+    def _on_device(self, values: np.ndarray) -> Tensor:
+        """`values` on the model's device, copied behind the current stream's work."""
+        return self._upload(values).to(self.device, non_blocking=True)
 
     def _decode_buffers(self, size: int) -> dict[str, Tensor]:
         dev, i32, i64 = self.device, torch.int32, torch.int64
