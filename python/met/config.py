@@ -13,7 +13,10 @@ class EngineConfig:
     # weights as blocks on the CPU (run by the C++ forward) unless a dtype is asked for.
     weight_format: str = "auto"
     device: str = "auto"  # auto | cpu | cuda
-    max_num_seqs: int = 8
+    # None: 8 on the CPU (a bigger batch there buys little throughput for much longer steps),
+    # 64 on a GPU; resolved in place when the engine starts, so whoever shares this config
+    # (the async engine, the dashboard) reads the value in use.
+    max_num_seqs: int | None = None
     max_prefill_tokens: int = 512  # chunk length of chunked prefill; 0: whole prompts
     max_batch_tokens: int = 8192
     max_model_len: int | None = None  # default: the model's context length

@@ -56,7 +56,7 @@ def test_tiny_model_same_tokens_with_graphs_eager_and_on_the_cpu(tmp_path) -> No
             if options["device"] == "cuda":
                 assert isinstance(forward, CudaLlama)
                 eager = options.get("enforce_eager", False)
-                assert forward.graph_batch_sizes == ([] if eager else [1, 2, 4, 8])
+                assert forward.graph_batch_sizes == ([] if eager else [1, 2, 4, 8, 16, 32, 64])
             outs = llm.generate(prompt_token_ids=prompts, sampling_params=params)
         return [out.token_ids for out in outs]
 

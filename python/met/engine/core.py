@@ -22,6 +22,9 @@ from met.model.cuda_llama import cuda_forward_for
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
+# max_num_seqs when not set, by device type (config.py says why they differ).
+_DEFAULT_MAX_NUM_SEQS = {"cpu": 8, "cuda": 64}
+
 
 @dataclass
 class _Live:
@@ -45,6 +48,8 @@ class EngineCore:
             shard=_rank0_shard(config.tensor_parallel_size),
             weight_format=config.weight_format,
         )
+        if config.max_num_seqs is None:
+            config.max_num_seqs = _DEFAULT_MAX_NUM_SEQS[self.model.device.type]
         self.max_model_len = min(
             config.max_model_len or self.model_config.context_length,
             self.model_config.context_length,

@@ -61,7 +61,13 @@ _OPTIONS = (
     _Option("host", str, "address to listen on"),
     _Option("port", int, "port to listen on", minimum=0),
     _Option("api_key", str, "require 'Authorization: Bearer <key>' (not on /health)"),
-    _Option("max_num_seqs", int, "sequences running at once", True, minimum=1),
+    _Option(
+        "max_num_seqs",
+        int,
+        "sequences running at once (default: 8 on a CPU, 64 on a GPU)",
+        True,
+        minimum=1,
+    ),
     _Option("max_prefill_tokens", int, "chunked-prefill chunk length (0: whole)", True, minimum=0),
     _Option("max_model_len", int, "context length (default: the model's, capped)", True, minimum=1),
     _Option(
