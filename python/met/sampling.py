@@ -26,6 +26,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
+    json_object: bool = False  # JSON mode: the output is one JSON object (met.model.json_mode)
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Raise ValueError("<param>: <why>") for the first out-of-range field."""

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from server_harness import ServerProcess, start_server
+from test_json_mode import assert_json_answer
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +84,18 @@ def test_chat_completion(client) -> None:
     message = out.choices[0].message
     assert out.object == "chat.completion" and message.role == "assistant" and message.content
     assert out.usage.completion_tokens <= 12
+
+
+def test_chat_json_mode(client) -> None:
+    out = client.chat.completions.create(
+        model=_model(client),
+        messages=[{"role": "user", "content": "Describe a cat with its name, age and colour."}],
+        max_tokens=200,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    choice = out.choices[0]
+    assert_json_answer(choice.message.content, choice.finish_reason)
 
 
 def test_chat_logprobs(client) -> None:

@@ -88,9 +88,9 @@ CASES = [
         None,
     ),
     (
-        "json-mode",
+        "json-schema",
         CHAT,
-        _chat(response_format={"type": "json_object"}),
+        _chat(response_format={"type": "json_schema"}),
         400,
         "response_format",
         None,

@@ -19,6 +19,7 @@ from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
 from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
 from met.model.cuda_llama import cuda_forward_for
+from met.model.json_mode import JsonConstraint
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
@@ -72,6 +73,7 @@ class EngineCore:
         self._live: dict[int, _Live] = {}
         self._by_name: dict[str, int] = {}
         self.generated_tokens_total = 0
+        self._token_bytes: list[bytes] | None = None  # JSON mode's table, built when first asked
 
     def _num_kv_blocks(self) -> int:
         if self.config.kv_cache_blocks:
@@ -155,6 +157,8 @@ class EngineCore:
             rid, list(prompt_token_ids), _core_params(params, max_tokens), deadline=deadline
         )
         state = RequestOutputState(name, len(prompt_token_ids), params, self.tokenizer)
+        if params.json_object:
+            self.backend.json_constraints[rid] = self._json_constraint()
         self._live[rid] = _Live(state, time.monotonic())
         self._by_name[name] = rid
         self.scheduler.add_request(request)
@@ -202,7 +206,14 @@ class EngineCore:
             return state.on_done(event.finish_reason, event.n, event.cached)
         return state.on_done("error", state.completion_tokens, state.cached_tokens)
 
+    def _json_constraint(self) -> JsonConstraint:
+        tok = self.tokenizer
+        if self._token_bytes is None:
+            self._token_bytes = [tok.token_bytes(i) for i in range(tok.vocab_size)]
+        return JsonConstraint(self._token_bytes, tok.special_ids, tok.eos_token_ids)
+
     def _forget(self, rid: int) -> None:
+        self.backend.json_constraints.pop(rid, None)
         live = self._live.pop(rid, None)
         if live is not None:
             self._by_name.pop(live.state.request_id, None)
@@ -290,6 +301,7 @@ def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParam
     out.min_tokens = params.min_tokens
     out.stop_token_ids = list(params.stop_token_ids)
     out.ignore_eos = params.ignore_eos
+    out.json_object = params.json_object
     return out
 
 

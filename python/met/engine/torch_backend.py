@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from met import _core
+from met.model.json_mode import JsonConstraint
 from met.model.sampler import SampleSpec, sample
 
 # Calls the scheduler issues for the trace's sake that mean nothing to a single-process dense
@@ -47,6 +48,9 @@ class TorchBackend(_core.Backend):
         self._history: dict[int, list[int]] = {}
         # Prompt tokens each live sequence reused from the prefix cache, by request id.
         self.cached_tokens: dict[int, int] = {}
+        # JSON-mode requests' constraints by request id (the engine adds and drops them: they
+        # outlive a preempted sequence).
+        self.json_constraints: dict[int, JsonConstraint] = {}
         self.streams = _cuda_streams(model.device)
         # The C++ CPU forward and the GPU one pack rows themselves (CpuLlama / CudaLlama).
         self._forward_rows = getattr(model, "forward_rows", None)
@@ -250,13 +254,28 @@ class TorchBackend(_core.Backend):
         rest = [i for i in range(len(rows)) if out[i] is None]
         if rest:
             index = torch.tensor([rows[i].row for i in rest], device=self._logits.device)
-            specs = [
-                _sample_spec(rows[i], self._history.get(rows[i].seq.session_hash, [])) for i in rest
-            ]
+            specs = [self._sample_spec(rows[i]) for i in rest]
             picks = sample(self._logits.index_select(0, index), specs)
             for i, p in zip(rest, picks, strict=True):
                 out[i] = _core.SampledToken(p.token, p.logprob, p.top)
         return out
+
+    def _sample_spec(self, row: _core.SampleRow) -> SampleSpec:
+        history = self._history.get(row.seq.session_hash, [])
+        constraint = self.json_constraints.get(row.request_id)
+        if constraint is not None:
+            # The last n_generated tokens are the output, also after a preempted sequence was
+            # prefilled again with its output as part of its prompt.
+            constraint.sync(history[len(history) - row.n_generated :])
+        return SampleSpec(
+            params=row.params,
+            history=history,
+            prompt_len=row.seq.prompt_len,
+            n_generated=row.n_generated,
+            mask_stop=row.mask_stop,
+            stop_tokens=list(row.stop_tokens),
+            allowed=None if constraint is None else constraint.allows,
+        )
 
 
 def _slice_row(piece: _core.PrefillSlice) -> _Row:
@@ -276,6 +295,7 @@ def _kernel_samples(row: _core.SampleRow) -> bool:
         and p.presence_penalty == 0.0
         and p.frequency_penalty == 0.0
         and not (row.mask_stop and len(row.stop_tokens))
+        and not p.json_object
     )
 
 
@@ -289,17 +309,6 @@ def _kernel_params(rows: list[_core.SampleRow]) -> dict[str, np.ndarray]:
         "seed": np.array([p.seed for p in params], np.uint64),
         "step": np.array([r.n_generated for r in rows], np.int64),
     }
-
-
-def _sample_spec(row: _core.SampleRow, history: list[int]) -> SampleSpec:
-    return SampleSpec(
-        params=row.params,
-        history=history,
-        prompt_len=row.seq.prompt_len,
-        n_generated=row.n_generated,
-        mask_stop=row.mask_stop,
-        stop_tokens=list(row.stop_tokens),
-    )
 
 
 def _cuda_streams(device: torch.device):

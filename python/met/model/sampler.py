@@ -11,7 +11,7 @@ the same tokens whatever else shares its batches, with no generator state kept b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,9 @@ class SampleSpec:
     n_generated: int = 0
     mask_stop: bool = False  # min_tokens not reached: stop tokens may not be drawn
     stop_tokens: Sequence[int] = ()
+    # JSON mode: whether a token may come next (met.model.json_mode); the pick is then the best
+    # allowed token in the order the row would have ranked them.
+    allowed: Callable[[int], bool] | None = None
 
 
 @dataclass
@@ -113,6 +116,10 @@ def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     drawn = [
         i for i, row in enumerate(rows) if row.params.temperature > 0 and row.params.top_k != 1
     ]
+    for i, row in enumerate(rows):
+        if row.allowed is not None and i not in drawn:
+            best = _first_allowed(logits[i], row.allowed, float("-inf"))
+            picks[i] = picks[i] if best is None else best
     if not drawn:
         return picks
     dev = logits.device
@@ -127,8 +134,20 @@ def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     min_p = column(p.min_p for p in params)
     probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     for j, i in enumerate(drawn):
-        picks[i] = _draw(probs[j], rows[i])
+        picks[i] = _draw(probs[j], logits[i], rows[i])
     return picks
+
+
+def _draw(probs: Tensor, logits: Tensor, row: SampleSpec) -> int:
+    scores = _race(probs, row)
+    if row.allowed is None:
+        return int(scores.argmax())
+    # A draw among the allowed tokens the truncation kept; else the best allowed by logit (a
+    # JSON object must go on even where top-k / top-p kept none of its next tokens).
+    best = _first_allowed(scores, row.allowed, 0.0)
+    if best is None:
+        best = _first_allowed(logits, row.allowed, float("-inf"))
+    return int(scores.argmax()) if best is None else best
 
 
 def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
@@ -151,9 +170,10 @@ def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
     return probs.scatter(-1, order, sorted_probs.masked_fill(cut, 0.0))
 
 
-def _draw(probs: Tensor, row: SampleSpec) -> int:
-    # argmax(p / E) with E ~ Exp(1) draws index i with probability p_i (exponential race);
-    # one generator call per row, no cumulative-sum search.
+def _race(probs: Tensor, row: SampleSpec) -> Tensor:
+    """Scores whose argmax draws index i with probability p_i: p / E with E ~ Exp(1) (the
+    exponential race; one generator call per row, no cumulative-sum search). Ranked, they draw
+    without replacement, so the best allowed index is a draw from p restricted to the allowed."""
     seed = row.params.seed
     gen = None
     if seed is not None:
@@ -162,7 +182,30 @@ def _draw(probs: Tensor, row: SampleSpec) -> int:
     noise = torch.empty_like(probs).exponential_(generator=gen)
     # An exact 0 draw would make 0/0 = NaN win argmax for a masked (probability 0) token.
     noise.clamp_(min=torch.finfo(noise.dtype).tiny)
-    return int((probs / noise).argmax())
+    return probs / noise
+
+
+def _first_allowed(values: Tensor, allowed: Callable[[int], bool], floor: float) -> int | None:
+    """The index of the largest value above `floor` that `allowed` accepts, or None."""
+    for token, value in _ranked(values):
+        if value <= floor:
+            return None
+        if allowed(token):
+            return token
+    return None
+
+
+def _ranked(values: Tensor) -> Iterator[tuple[int, float]]:
+    """(index, value) from the largest value down: the top 64 first, the whole vocabulary
+    sorted only if the caller reads past them."""
+    top = values.topk(min(64, values.numel()))
+    seen = top.indices.tolist()
+    yield from zip(seen, top.values.tolist(), strict=True)
+    done = set(seen)
+    order = values.argsort(descending=True)
+    for token, value in zip(order.tolist(), values[order].tolist(), strict=True):
+        if token not in done:
+            yield token, value
 
 
 def _result(logprobs: Tensor, token: int, top_logprobs: int) -> SampledToken:

@@ -18,6 +18,7 @@ from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
 
 log = logging.getLogger("met.server")
+_FORMATS = ("text", "json_object")
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -30,6 +31,9 @@ async def create_chat_completion(request: Request) -> Response:
     top = _top_logprobs(body)
     requested = body.max_completion_tokens
     params = sampling_params(body, body.max_tokens if requested is None else requested, top)
+    params.json_object = body.response_format is not None and (
+        body.response_format.type == "json_object"
+    )
     params.max_tokens = fit_max_tokens(
         len(prompt_ids), params.max_tokens, engine.max_model_len, "messages"
     )
@@ -81,10 +85,10 @@ def encode_messages(engine: Any, messages: list[ChatMessage]) -> list[int]:
 def _reject_unsupported(body: ChatCompletionBody) -> None:
     if body.tools:
         raise invalid("tools: tool calling is not supported", param="tools")
-    if body.response_format is not None and body.response_format.type != "text":
+    if body.response_format is not None and body.response_format.type not in _FORMATS:
         raise invalid(
-            f"response_format: type '{body.response_format.type}' is not supported "
-            "(no constrained decoding); only 'text' is",
+            f"response_format: type '{body.response_format.type}' is not supported; "
+            "'text' and 'json_object' are (no JSON schemas yet)",
             param="response_format",
         )
 
