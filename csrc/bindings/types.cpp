@@ -43,7 +43,7 @@ void bind_types(py::module_& m) {
       .def_readwrite("min_tokens", &SamplingParams::min_tokens)
       .def_readwrite("stop_token_ids", &SamplingParams::stop_token_ids)
       .def_readwrite("ignore_eos", &SamplingParams::ignore_eos)
-      .def_readwrite("json_object", &SamplingParams::json_object)
+      .def_readwrite("constrained", &SamplingParams::constrained)
       .def("greedy", &SamplingParams::greedy)
       .def("plain_argmax", &SamplingParams::plain_argmax)
       .def("wants_logprobs", &SamplingParams::wants_logprobs);

@@ -26,7 +26,10 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
-    json_object: bool = False  # JSON mode: the output is one JSON object (met.model.json_mode)
+    # Structured output (met.model.json_mode): JSON mode, the output is one JSON object; or a
+    # JSON schema (met.model.json_schema's subset) the output must match.
+    json_object: bool = False
+    json_schema: dict | None = None
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Raise ValueError("<param>: <why>") for the first out-of-range field."""
@@ -56,6 +59,15 @@ class SamplingParams:
         for token_id in self.stop_token_ids:
             if vocab_size is not None and not 0 <= token_id < vocab_size:
                 raise ValueError(f"stop_token_ids: token id {token_id} is outside the vocabulary")
+        if self.json_schema is not None:
+            if self.json_object:
+                raise ValueError("response_format: JSON mode and a JSON schema exclude each other")
+            from met.model.json_schema import compile_schema
+
+            try:
+                compile_schema(self.json_schema)
+            except ValueError as e:
+                raise ValueError(f"response_format: {e}") from None
 
     @property
     def greedy(self) -> bool:

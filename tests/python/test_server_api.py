@@ -98,6 +98,27 @@ def test_chat_json_mode(client) -> None:
     assert_json_answer(choice.message.content, choice.finish_reason)
 
 
+def test_chat_json_schema(client) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
+        "required": ["name", "legs"],
+        "additionalProperties": False,
+    }
+    out = client.chat.completions.create(
+        model=_model(client),
+        messages=[{"role": "user", "content": "Describe a cat."}],
+        max_tokens=100,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "cat", "schema": schema}},
+    )
+    choice = out.choices[0]
+    assert_json_answer(choice.message.content, choice.finish_reason)
+    if choice.finish_reason == "stop":
+        cat = json.loads(choice.message.content)
+        assert set(cat) == {"name", "legs"} and isinstance(cat["legs"], int)
+
+
 def test_chat_logprobs(client) -> None:
     out = client.chat.completions.create(
         model=_model(client),

@@ -88,13 +88,27 @@ CASES = [
         None,
     ),
     (
-        "json-schema",
+        "json-schema-missing",
         CHAT,
         _chat(response_format={"type": "json_schema"}),
+        400,
+        "response_format.json_schema.schema",
+        None,
+    ),
+    (
+        "json-schema-pattern",
+        CHAT,
+        _chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}},
+            }
+        ),
         400,
         "response_format",
         None,
     ),
+    ("format-other", CHAT, _chat(response_format={"type": "regex"}), 400, "response_format", None),
     ("tools", CHAT, _chat(tools=[{"type": "function"}]), 400, "tools", None),
     ("unknown-model", CHAT, _chat(model="gpt-17"), 404, "model", "model_not_found"),
     (

@@ -44,14 +44,15 @@ struct SamplingParams {
   int32_t min_tokens = 0;
   std::vector<int32_t> stop_token_ids;  // in addition to the scheduler's eos tokens
   bool ignore_eos = false;
-  // JSON mode: the host sampler keeps the output one JSON object (python/met/model/json_mode.py).
-  bool json_object = false;
+  // Structured output (JSON mode or a JSON schema): the host sampler constrains every token
+  // (python/met/model/json_mode.py), so no pick may bypass it.
+  bool constrained = false;
 
   bool greedy() const { return temperature <= 0.0f; }
   // A device argmax picks the same token only when nothing reshapes the logits first.
   bool plain_argmax() const {
     return greedy() && logit_bias.empty() && repetition_penalty == 1.0f &&
-           presence_penalty == 0.0f && frequency_penalty == 0.0f && !json_object;
+           presence_penalty == 0.0f && frequency_penalty == 0.0f && !constrained;
   }
   bool wants_logprobs() const { return top_logprobs >= 0; }
 };

@@ -20,6 +20,7 @@ from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
 from met.model.cuda_llama import cuda_forward_for
 from met.model.json_mode import JsonConstraint
+from met.model.json_schema import ANY_OBJECT, compile_schema
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
@@ -157,8 +158,8 @@ class EngineCore:
             rid, list(prompt_token_ids), _core_params(params, max_tokens), deadline=deadline
         )
         state = RequestOutputState(name, len(prompt_token_ids), params, self.tokenizer)
-        if params.json_object:
-            self.backend.json_constraints[rid] = self._json_constraint()
+        if params.json_object or params.json_schema is not None:
+            self.backend.json_constraints[rid] = self._json_constraint(params.json_schema)
         self._live[rid] = _Live(state, time.monotonic())
         self._by_name[name] = rid
         self.scheduler.add_request(request)
@@ -206,11 +207,12 @@ class EngineCore:
             return state.on_done(event.finish_reason, event.n, event.cached)
         return state.on_done("error", state.completion_tokens, state.cached_tokens)
 
-    def _json_constraint(self) -> JsonConstraint:
+    def _json_constraint(self, schema: dict | None) -> JsonConstraint:
         tok = self.tokenizer
         if self._token_bytes is None:
             self._token_bytes = [tok.token_bytes(i) for i in range(tok.vocab_size)]
-        return JsonConstraint(self._token_bytes, tok.special_ids, tok.eos_token_ids)
+        node = ANY_OBJECT if schema is None else compile_schema(schema)
+        return JsonConstraint(self._token_bytes, tok.special_ids, tok.eos_token_ids, node)
 
     def _forget(self, rid: int) -> None:
         self.backend.json_constraints.pop(rid, None)
@@ -301,7 +303,7 @@ def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParam
     out.min_tokens = params.min_tokens
     out.stop_token_ids = list(params.stop_token_ids)
     out.ignore_eos = params.ignore_eos
-    out.json_object = params.json_object
+    out.constrained = params.json_object or params.json_schema is not None
     return out
 
 

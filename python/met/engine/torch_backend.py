@@ -295,7 +295,7 @@ def _kernel_samples(row: _core.SampleRow) -> bool:
         and p.presence_penalty == 0.0
         and p.frequency_penalty == 0.0
         and not (row.mask_stop and len(row.stop_tokens))
-        and not p.json_object
+        and not p.constrained
     )
 
 

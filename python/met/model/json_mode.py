@@ -1,10 +1,12 @@
-"""JSON mode (response_format {"type": "json_object"}): only tokens that keep the output a prefix
-of one JSON object are drawn, and the end of text only once that object is complete.
+"""Structured output: only tokens that keep the output a prefix of a JSON value matching the
+request's schema are drawn (response_format json_object: any object; json_schema: the compiled
+schema of met.model.json_schema), and the end of text only once that value is complete.
 
 JsonPrefix is a pushdown automaton over bytes (JSON's structure is ASCII; bytes >= 0x80 occur
 only inside strings, so a token that splits a UTF-8 character is judged byte by byte like any
-other). JsonConstraint follows one request's generated tokens and answers, for a candidate token,
-whether the output may continue with it; the sampler asks it about candidates best first
+other). A schema with alternatives (anyOf, a list of types) keeps one stack per alternative still
+alive. JsonConstraint follows one request's generated tokens and answers, for a candidate token,
+whether the output may continue with it; the sampler asks about candidates best first
 (met.model.sampler), so a step usually checks a handful of tokens, not the vocabulary.
 
 Runs of whitespace are capped (20 bytes, as llama.cpp's JSON grammar does): a model can
@@ -15,209 +17,309 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from met.model.json_schema import ANY, ANY_OBJECT, Node
+
 _WHITESPACE = frozenset(b" \t\n\r")
 _MAX_WHITESPACE_RUN = 20
-_LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 _DIGITS = frozenset(b"0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESCAPES = frozenset(b'"\\/bfnrt')
+_ANY_KEY = Node("string")
 
-# Modes: where the automaton stands between two bytes.
-START = "start"  # before the top-level object: whitespace, then "{"
-VALUE = "value"  # a value must come (after ":" or ",")
-FIRST_ITEM = "first_item"  # right after "[": a value or "]"
-FIRST_KEY = "first_key"  # right after "{": a key or "}"
-KEY = "key"  # after "," in an object: a key
-COLON = "colon"  # after a key
-AFTER = "after"  # after a value: "," or the container's closing bracket
-STRING = "string"
-ESCAPE = "escape"  # after a backslash in a string
-UNICODE = "unicode"  # inside \uXXXX
-NUMBER = "number"
-LITERAL = "literal"  # inside true / false / null
-DONE = "done"  # the top-level object is closed: whitespace only
+# What Frame.feed answers: the byte was consumed; it breaks the grammar; it completed the frame
+# (consumed, or not and to be fed to the parent); or it starts a value of a node (not consumed).
+OK, FAIL, DONE, DONE_AGAIN, VALUE = range(5)
 
-# Number sub-states that may end the number.
-_NUMBER_ENDS = frozenset({"zero", "int", "frac", "exp"})
+
+class Frame:
+    """One open value on the stack. `between` frames accept whitespace before their next byte."""
+
+    between = False
+
+    def copy(self) -> Frame:
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        return other
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        raise NotImplementedError
+
+    def child_done(self, child: Frame) -> None:
+        raise NotImplementedError
+
+
+class RootFrame(Frame):
+    def __init__(self, node: Node) -> None:
+        self.node, self.done, self.spaces = node, False, 0
+
+    @property
+    def between(self) -> bool:
+        return True
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        return (FAIL, None) if self.done else (VALUE, self.node)
+
+    def child_done(self, child: Frame) -> None:
+        self.done = True
+
+
+class ObjectFrame(Frame):
+    def __init__(self, node: Node) -> None:
+        self.node, self.mode, self.seen, self.key = node, "open", frozenset(), b""
+
+    @property
+    def between(self) -> bool:
+        return self.mode in ("first", "key", "colon", "value", "after")
+
+    def _more_keys(self) -> bool:
+        return self.node.extra is not None or bool(set(self.node.props) - self.seen)
+
+    def _key_node(self) -> Node:
+        if self.node.extra is not None:
+            return _ANY_KEY  # any key; a declared one gets its own schema when it is complete
+        return Node("string", enum=frozenset(set(self.node.props) - self.seen))
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        mode = self.mode
+        if mode == "open":
+            self.mode = "first"
+            return (OK, None) if b == ord("{") else (FAIL, None)
+        if mode in ("first", "key"):
+            if b == ord("}") and mode == "first" and self.node.required <= self.seen:
+                return DONE, None
+            if b == ord('"') and self._more_keys():
+                self.mode = "in_key"
+                return VALUE, self._key_node()
+            return FAIL, None
+        if mode == "colon":
+            self.mode = "value" if b == ord(":") else mode
+            return (OK, None) if b == ord(":") else (FAIL, None)
+        if mode == "value":
+            self.mode = "in_value"
+            return VALUE, self.node.props.get(self.key, self.node.extra)
+        if mode == "dead":
+            return FAIL, None
+        if b == ord(",") and self._more_keys():  # mode "after"
+            self.mode = "key"
+            return OK, None
+        done = b == ord("}") and self.node.required <= self.seen
+        return (DONE, None) if done else (FAIL, None)
+
+    def child_done(self, child: Frame) -> None:
+        if self.mode == "in_key":
+            key = bytes(child.body)
+            if key in self.seen or (key not in self.node.props and self.node.extra is None):
+                self.mode = "dead"  # a repeated or undeclared key: nothing can follow
+                return
+            self.key, self.seen, self.mode = key, self.seen | {key}, "colon"
+        else:
+            self.mode = "after"
+
+
+class ArrayFrame(Frame):
+    def __init__(self, node: Node) -> None:
+        self.node, self.mode, self.count = node, "open", 0
+
+    @property
+    def between(self) -> bool:
+        return self.mode in ("first", "value", "after")
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        mode, node = self.mode, self.node
+        room = node.max_items is None or self.count < node.max_items
+        if mode == "open":
+            self.mode = "first"
+            return (OK, None) if b == ord("[") else (FAIL, None)
+        if b == ord("]") and mode in ("first", "after") and self.count >= node.min_items:
+            return DONE, None
+        if mode == "after":
+            self.mode = "value" if b == ord(",") and room else "after"
+            return (OK, None) if self.mode == "value" else (FAIL, None)
+        if not room:
+            return FAIL, None
+        self.mode = "in_value"
+        return VALUE, node.items
+
+    def child_done(self, child: Frame) -> None:
+        self.mode, self.count = "after", self.count + 1
+
+
+class StringFrame(Frame):
+    def __init__(self, node: Node) -> None:
+        self.enum, self.mode, self.body, self.hex_left = node.enum, "open", b"", 0
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        mode = self.mode
+        if mode == "open":
+            self.mode = "text"
+            return (OK, None) if b == ord('"') else (FAIL, None)
+        if mode == "text" and b == ord('"'):
+            done = self.enum is None or self.body in self.enum
+            return (DONE, None) if done else (FAIL, None)
+        if mode == "text":
+            ok = b >= 0x20  # control characters must be escaped
+            self.mode = "escape" if b == ord("\\") else mode
+        elif mode == "escape":
+            ok = b in _ESCAPES or b == ord("u")
+            self.mode, self.hex_left = ("hex", 4) if b == ord("u") else ("text", 0)
+        else:  # "hex"
+            ok = b in _HEX
+            self.hex_left -= 1
+            self.mode = "text" if self.hex_left == 0 else mode
+        self.body += bytes([b])
+        if ok and self.enum is not None:
+            ok = any(value.startswith(self.body) for value in self.enum)
+        return (OK, None) if ok else (FAIL, None)
+
+
+class NumberFrame(Frame):
+    """A JSON number (an integer one refuses fraction and exponent); it ends at the first byte
+    that cannot continue it, which then goes to the parent."""
+
+    _ENDS = frozenset({"zero", "int", "frac", "exp"})
+
+    def __init__(self, node: Node) -> None:
+        self.integer, self.state = node.kind == "integer", "open"
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        nxt = self._next(b)
+        if nxt is not None:
+            self.state = nxt
+            return OK, None
+        return (DONE_AGAIN, None) if self.state in self._ENDS else (FAIL, None)
+
+    def _next(self, b: int) -> str | None:
+        state, digit = self.state, b in _DIGITS
+        if state in ("open", "minus"):
+            if digit:
+                return "zero" if b == ord("0") else "int"
+            return "minus" if state == "open" and b == ord("-") else None
+        if state in ("int", "frac", "exp", "sign") and digit:
+            return "exp" if state == "sign" else state
+        if self.integer:
+            return None
+        if state in ("zero", "int") and b == ord("."):
+            return "dot"
+        if state == "dot":
+            return "frac" if digit else None
+        if state in ("zero", "int", "frac") and b in (ord("e"), ord("E")):
+            return "e"
+        if state == "e":
+            return "exp" if digit else ("sign" if b in (ord("+"), ord("-")) else None)
+        return None
+
+
+class LiteralFrame(Frame):
+    def __init__(self, node: Node) -> None:
+        self.rest = node.literal
+
+    def feed(self, b: int) -> tuple[int, Node | None]:
+        if not self.rest or b != self.rest[0]:
+            return FAIL, None
+        self.rest = self.rest[1:]
+        return (OK, None) if self.rest else (DONE, None)
+
+
+_FRAMES = {
+    "object": ObjectFrame,
+    "array": ArrayFrame,
+    "string": StringFrame,
+    "number": NumberFrame,
+    "integer": NumberFrame,
+    "literal": LiteralFrame,
+}
+# The value kinds of an unconstrained value, by first byte.
+_ANY_BY_BYTE = {
+    ord("{"): [Node("object", extra=ANY)],
+    ord("["): [Node("array", items=ANY)],
+    ord('"'): [Node("string")],
+    ord("t"): [Node("literal", literal=b"true")],
+    ord("f"): [Node("literal", literal=b"false")],
+    ord("n"): [Node("literal", literal=b"null")],
+    **{d: [Node("number")] for d in b"-0123456789"},
+}
+
+
+def _alternatives(node: Node, b: int) -> list[Node]:
+    if node.kind == "any":
+        return _ANY_BY_BYTE.get(b, [])
+    if node.kind == "union":
+        return [alt for option in node.options for alt in _alternatives(option, b)]
+    return [node]
+
+
+Stack = list[Frame]
+
+
+def _step(stack: Stack, b: int) -> list[Stack]:
+    """The stacks `stack` becomes after byte b (none: b breaks it; several: alternatives)."""
+    top = stack[-1]
+    if top.between and b in _WHITESPACE:
+        root = stack[0]
+        root.spaces += 1
+        return [stack] if root.spaces <= _MAX_WHITESPACE_RUN else []
+    if top.between:
+        stack[0].spaces = 0
+    code, node = top.feed(b)
+    if code == OK:
+        return [stack]
+    if code == FAIL:
+        return []
+    if code in (DONE, DONE_AGAIN):
+        stack.pop()
+        stack[-1].child_done(top)
+        return [stack] if code == DONE else _step(stack, b)
+    alternatives = _alternatives(node, b)
+    if len(alternatives) == 1:
+        stack.append(_FRAMES[alternatives[0].kind](alternatives[0]))
+        return _step(stack, b)
+    out: list[Stack] = []
+    for alt in alternatives:
+        fork = [frame.copy() for frame in stack]
+        fork.append(_FRAMES[alt.kind](alt))
+        out += _step(fork, b)
+    return out
 
 
 class JsonPrefix:
-    """The state after some bytes of a JSON object; `feed` says whether more bytes keep it one."""
+    """The states some bytes of output can be in; `feed` says whether more bytes keep one."""
 
-    __slots__ = ("mode", "stack", "key", "literal", "hex_left", "number", "spaces")
-
-    def __init__(self) -> None:
-        self.mode = START
-        self.stack: list[str] = []  # "{" or "[" per open container
-        self.key = False  # the open string is an object key
-        self.literal = b""  # the rest of a true / false / null
-        self.hex_left = 0  # hex digits still due in a \uXXXX escape
-        self.number = ""  # number sub-state
-        self.spaces = 0  # whitespace bytes in the current run
+    def __init__(self, node: Node = ANY_OBJECT) -> None:
+        self._stacks: list[Stack] = [[RootFrame(node)]]
 
     def copy(self) -> JsonPrefix:
         other = JsonPrefix.__new__(JsonPrefix)
-        other.mode, other.stack, other.key = self.mode, list(self.stack), self.key
-        other.literal, other.hex_left = self.literal, self.hex_left
-        other.number, other.spaces = self.number, self.spaces
+        other._stacks = [[frame.copy() for frame in stack] for stack in self._stacks]
         return other
 
     @property
     def complete(self) -> bool:
-        return self.mode == DONE
+        """A whole value is there (trailing whitespace may still come, nothing else)."""
+        return any(len(s) == 1 and s[0].done for s in self._stacks)
 
     def feed(self, data: bytes) -> bool:
-        """Advance over `data`; False as soon as a byte breaks the grammar (the state is then
-        unusable: feed a copy when only asking)."""
-        return all(self._byte(b) for b in data)
-
-    def _byte(self, b: int) -> bool:
-        mode = self.mode
-        if mode == STRING:
-            return self._string(b)
-        if mode in (ESCAPE, UNICODE):
-            return self._escape(b)
-        if mode == NUMBER:
-            if self._number(b):
-                return True
-            if self.number not in _NUMBER_ENDS:
+        """Advance over `data`; False when no state survives it (the prefix is then dead)."""
+        for b in data:
+            self._stacks = [new for stack in self._stacks for new in _step(stack, b)]
+            if not self._stacks:
                 return False
-            self._value_done()
-            return self._byte(b)
-        if mode == LITERAL:
-            if b != self.literal[0]:
-                return False
-            self.literal = self.literal[1:]
-            if not self.literal:
-                self._value_done()
-            return True
-        if b in _WHITESPACE:
-            self.spaces += 1
-            return self.spaces <= _MAX_WHITESPACE_RUN
-        self.spaces = 0
-        return self._structural(b)
-
-    def _structural(self, b: int) -> bool:
-        mode = self.mode
-        if mode == START:
-            return b == ord("{") and self._open("{")
-        if mode in (FIRST_KEY, KEY):
-            if b == ord("}") and mode == FIRST_KEY:
-                return self._close("{")
-            if b == ord('"'):
-                self.mode, self.key = STRING, True
-                return True
-            return False
-        if mode == COLON:
-            if b == ord(":"):
-                self.mode = VALUE
-                return True
-            return False
-        if mode in (VALUE, FIRST_ITEM):
-            if b == ord("]") and mode == FIRST_ITEM:
-                return self._close("[")
-            return self._value_start(b)
-        if mode == AFTER:
-            top = self.stack[-1]
-            if b == ord(","):
-                self.mode = KEY if top == "{" else VALUE
-                return True
-            closing = ord("}") if top == "{" else ord("]")
-            return b == closing and self._close(top)
-        return False  # DONE: nothing but whitespace
-
-    def _value_start(self, b: int) -> bool:
-        if b in (ord("{"), ord("[")):
-            return self._open(chr(b))
-        if b == ord('"'):
-            self.mode, self.key = STRING, False
-            return True
-        if b in _LITERALS:
-            self.mode, self.literal = LITERAL, _LITERALS[b]
-            return True
-        if b == ord("-") or b in _DIGITS:
-            self.mode = NUMBER
-            self.number = "minus" if b == ord("-") else ("zero" if b == ord("0") else "int")
-            return True
-        return False
-
-    def _string(self, b: int) -> bool:
-        if b == ord('"'):
-            if self.key:
-                self.mode = COLON
-            else:
-                self._value_done()
-            return True
-        if b == ord("\\"):
-            self.mode = ESCAPE
-            return True
-        return b >= 0x20  # control characters must be escaped
-
-    def _escape(self, b: int) -> bool:
-        if self.mode == ESCAPE:
-            if b == ord("u"):
-                self.mode, self.hex_left = UNICODE, 4
-                return True
-            self.mode = STRING
-            return b in _ESCAPES
-        if b not in _HEX:
-            return False
-        self.hex_left -= 1
-        if self.hex_left == 0:
-            self.mode = STRING
         return True
-
-    def _number(self, b: int) -> bool:
-        """Consumes b when it continues the number (False: b is not part of it)."""
-        state, digit = self.number, b in _DIGITS
-        if state == "minus":
-            nxt = ("zero" if b == ord("0") else "int") if digit else None
-        elif state == "zero":
-            nxt = {ord("."): "dot", ord("e"): "e", ord("E"): "e"}.get(b)
-        elif state in ("int", "frac"):
-            nxt = state if digit else None
-            if nxt is None and b in (ord("e"), ord("E")):
-                nxt = "e"
-            if nxt is None and b == ord(".") and state == "int":
-                nxt = "dot"
-        elif state == "dot":
-            nxt = "frac" if digit else None
-        elif state == "e":
-            nxt = "exp" if digit else ("sign" if b in (ord("+"), ord("-")) else None)
-        else:  # "sign" or "exp"
-            nxt = "exp" if digit else None
-        if nxt is None:
-            return False
-        self.number = nxt
-        return True
-
-    def _open(self, bracket: str) -> bool:
-        self.stack.append(bracket)
-        self.mode = FIRST_KEY if bracket == "{" else FIRST_ITEM
-        return True
-
-    def _close(self, bracket: str) -> bool:
-        if not self.stack or self.stack[-1] != bracket:
-            return False
-        self.stack.pop()
-        self._value_done()
-        return True
-
-    def _value_done(self) -> None:
-        self.mode = AFTER if self.stack else DONE
-        self.number = ""
 
 
 class JsonConstraint:
-    """One request's JSON-mode state over its generated tokens."""
+    """One request's structured-output state over its generated tokens."""
 
     def __init__(
-        self, token_bytes: Sequence[bytes], special_ids: Iterable[int], eos_ids: Iterable[int]
+        self,
+        token_bytes: Sequence[bytes],
+        special_ids: Iterable[int],
+        eos_ids: Iterable[int],
+        schema: Node = ANY_OBJECT,
     ) -> None:
         self._token_bytes = token_bytes
         self._special = frozenset(special_ids)
         self._eos = frozenset(eos_ids)
-        self._prefix = JsonPrefix()
+        self._prefix = JsonPrefix(schema)
         self._seen = 0  # generated tokens fed so far
 
     def sync(self, generated: Sequence[int]) -> None:

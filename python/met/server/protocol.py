@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from met.sampling import SamplingParams
 from met.server.errors import from_validation_error, from_value_error, invalid
@@ -68,8 +68,16 @@ class ChatMessage(_Body):
     name: str | None = None
 
 
+class JsonSchemaFormat(_Body):
+    name: str | None = None
+    # "schema" would shadow a BaseModel attribute.
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
 class ResponseFormat(_Body):
     type: str
+    json_schema: JsonSchemaFormat | None = None
 
 
 class ChatCompletionBody(_GenerationBody):
