@@ -60,6 +60,7 @@ cpu::LlamaDims parse_dims(const py::dict& d) {
   dims.max_positions = d["max_positions"].cast<int64_t>();
   dims.num_blocks = d["num_blocks"].cast<int64_t>();
   dims.block_size = d["block_size"].cast<int64_t>();
+  dims.kv_half = d.contains("kv_half") && d["kv_half"].cast<bool>();
   return dims;
 }
 
@@ -80,8 +81,8 @@ std::unique_ptr<cpu::LlamaForward> make_forward(const py::dict& dims, const py::
   w.rope_cos = ptr<const float>(rope_cos);
   w.rope_sin = ptr<const float>(rope_sin);
   try {
-    return std::make_unique<cpu::LlamaForward>(parse_dims(dims), std::move(w), ptr<float>(k_cache),
-                                               ptr<float>(v_cache), n_threads);
+    return std::make_unique<cpu::LlamaForward>(parse_dims(dims), std::move(w), ptr<void>(k_cache),
+                                               ptr<void>(v_cache), n_threads);
   } catch (const std::invalid_argument& e) {
     throw py::value_error(e.what());
   }

@@ -21,13 +21,16 @@ namespace detail {
 int64_t attn_scratch_floats(const AttnShape& shape) {
   const int64_t group = shape.n_heads / shape.n_kv_heads;
   const int64_t padded = (shape.block_size + kLanes - 1) / kLanes * kLanes;
-  return kAttnTile * group * (2 * shape.head_dim + padded + 2);
+  // With an fp16 pool, one block's K and V widened to fp32.
+  const int64_t widened = shape.kv_half ? 2 * shape.block_size * shape.head_dim : 0;
+  return kAttnTile * group * (2 * shape.head_dim + padded + 2) + widened;
 }
 
 std::vector<AttnPath> attention_paths() {
   std::vector<AttnPath> paths{{"portable", attend_item_portable}};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
     paths.push_back({"avx2", attend_item_avx2});
   }
   if (__builtin_cpu_supports("avx512f")) paths.push_back({"avx512", attend_item_avx512});
@@ -35,9 +38,8 @@ std::vector<AttnPath> attention_paths() {
   return paths;
 }
 
-void paged_attention_with(AttnItemFn item, const float* q, const float* k_cache,
-                          const float* v_cache, float* out, const AttnRows& rows,
-                          const AttnShape& shape) {
+void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, const void* v_cache,
+                          float* out, const AttnRows& rows, const AttnShape& shape) {
   // Grown once per thread, then reused by every call: no allocation on the hot path.
   thread_local std::vector<float> scratch;
   thread_local std::vector<int64_t> first_tile;  // per row, then the total
@@ -90,7 +92,7 @@ void paged_attention_with(AttnItemFn item, const float* q, const float* k_cache,
 
 }  // namespace detail
 
-void paged_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache, float* out,
                      const AttnRows& rows, const AttnShape& shape) {
   static const detail::AttnItemFn best = detail::attention_paths().back().fn;
   detail::paged_attention_with(best, q, k_cache, v_cache, out, rows, shape);

@@ -1,11 +1,14 @@
-// Owns: causal paged attention over one layer's fp32 KV pool on the CPU (decode rows and prefill
-//   chunks in one packed batch, grouped-query heads), with no torch and no allocation per call.
+// Owns: causal paged attention over one layer's KV pool on the CPU (fp32 or fp16 K/V; decode rows
+//   and prefill chunks in one packed batch, grouped-query heads), with no torch and no allocation
+//   per call.
 // Called by: the C++ model layer loop, csrc/bindings/cpu_kernels.cpp (_core.cpu.paged_attention)
 //   and tests/cpp/test_cpu_attention.cc.
 // Invariants: batch invariant bit for bit: a query's output depends only on its own q, its
 //   position and the keys/values it attends to (never on the other rows, on its row's q_len or on
 //   the thread that ran it), because every (query token, kv head) item sums keys block by block in
-//   position order with a running max and sum, in a fixed order per head. The result depends on
+//   position order with a running max and sum, in a fixed order per head. fp16 K/V are widened
+//   to fp32 exactly, so an fp16 pool gives the bits an fp32 pool holding the same values gives.
+//   The result depends on
 //   the SIMD path picked at start-up (fixed for the process). Nothing is validated here: the caller
 //   guarantees the shapes, block tables and that n_heads is a multiple of n_kv_heads.
 #pragma once
@@ -24,11 +27,13 @@ struct AttnRows {
 
 struct AttnShape {
   int64_t n_heads, n_kv_heads, head_dim, block_size;
-  float scale;  // usually 1/sqrt(head_dim)
+  float scale;           // usually 1/sqrt(head_dim)
+  bool kv_half = false;  // the pool holds IEEE fp16 (uint16_t) K/V instead of fp32
 };
 
 // q: [T, n_heads, head_dim] fp32 (T = cu_seqlens[n_rows]); k_cache, v_cache: ONE layer's pool,
-// [num_blocks, block_size, n_kv_heads, head_dim] fp32, already holding this step's K/V;
+// [num_blocks, block_size, n_kv_heads, head_dim] fp32 (fp16 with shape.kv_half), already
+// holding this step's K/V;
 // out: [T, n_heads * head_dim] fp32.
 // Row b's q_len = cu[b+1]-cu[b] queries sit at positions seq_lens[b]-q_len .. seq_lens[b]-1 and
 // attend causally to keys 0..their own position; key position p lives in block
@@ -36,7 +41,7 @@ struct AttnShape {
 // Work-shares with an orphaned `#pragma omp for` so it can be called from INSIDE an enclosing
 // `#pragma omp parallel` region (all threads of the team must call it) or outside one (serial).
 // Inside a team it returns without a barrier: the caller synchronizes before reading `out`.
-void paged_attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+void paged_attention(const float* q, const void* k_cache, const void* v_cache, float* out,
                      const AttnRows& rows, const AttnShape& shape);
 
 }  // namespace met::cpu

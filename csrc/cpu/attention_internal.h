@@ -26,15 +26,15 @@ struct AttnTile {
   int64_t token, n_queries, n_keys, kv_head, head_begin, head_end;
 };
 
-using AttnItemFn = void (*)(const float* q, const float* k_cache, const float* v_cache, float* out,
+using AttnItemFn = void (*)(const float* q, const void* k_cache, const void* v_cache, float* out,
                             const AttnShape& shape, const AttnTile& tile, float* scratch);
 
-void attend_item_portable(const float* q, const float* k_cache, const float* v_cache, float* out,
+void attend_item_portable(const float* q, const void* k_cache, const void* v_cache, float* out,
                           const AttnShape& shape, const AttnTile& tile, float* scratch);
 #if defined(__x86_64__) || defined(_M_X64)
-void attend_item_avx2(const float* q, const float* k_cache, const float* v_cache, float* out,
+void attend_item_avx2(const float* q, const void* k_cache, const void* v_cache, float* out,
                       const AttnShape& shape, const AttnTile& tile, float* scratch);
-void attend_item_avx512(const float* q, const float* k_cache, const float* v_cache, float* out,
+void attend_item_avx512(const float* q, const void* k_cache, const void* v_cache, float* out,
                         const AttnShape& shape, const AttnTile& tile, float* scratch);
 #endif
 
@@ -48,8 +48,7 @@ struct AttnPath {
 std::vector<AttnPath> attention_paths();
 
 // paged_attention with the item function chosen by the caller.
-void paged_attention_with(AttnItemFn item, const float* q, const float* k_cache,
-                          const float* v_cache, float* out, const AttnRows& rows,
-                          const AttnShape& shape);
+void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, const void* v_cache,
+                          float* out, const AttnRows& rows, const AttnShape& shape);
 
 }  // namespace met::cpu::detail

@@ -32,8 +32,8 @@ void check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) 
 
 }  // namespace
 
-LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, float* k_cache,
-                           float* v_cache, int n_threads)
+LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_cache,
+                           void* v_cache, int n_threads)
     : dims_(dims), w_(std::move(weights)), k_cache_(k_cache), v_cache_(v_cache) {
   const LlamaDims& d = dims_;
   require(d.dim > 0 && d.n_layers > 0 && d.head_dim > 0 && d.head_dim % 2 == 0 && d.ffn > 0 &&
@@ -205,11 +205,15 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
   rope_and_store(w, layer, n_tokens);
   barrier_.wait();
 
-  const AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.block_size,
-                        1.0f / std::sqrt(static_cast<float>(d.head_dim))};
+  const AttnShape shape{d.n_heads,
+                        d.n_kv_heads,
+                        d.head_dim,
+                        d.block_size,
+                        1.0f / std::sqrt(static_cast<float>(d.head_dim)),
+                        d.kv_half};
   const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
-  paged_attention(q_.data(), k_cache_ + layer_offset, v_cache_ + layer_offset, attn_.data(),
-                  batch.rows, shape);
+  paged_attention(q_.data(), kv_at(k_cache_, layer_offset), kv_at(v_cache_, layer_offset),
+                  attn_.data(), batch.rows, shape);
   barrier_.wait();
 
   const int64_t q_width = d.n_heads * d.head_dim;
@@ -241,11 +245,24 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
     for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)
       rope_rotate_half(qkv + h * hd, cos, sin, hd);
     std::memcpy(q_.data() + t * q_width, qkv, sizeof(float) * q_width);
-    float* k_slot = k_cache_ + layer_offset + slots_[t] * kv_width;
-    float* v_slot = v_cache_ + layer_offset + slots_[t] * kv_width;
-    std::memcpy(k_slot, qkv + q_width, sizeof(float) * kv_width);
-    std::memcpy(v_slot, qkv + q_width + kv_width, sizeof(float) * kv_width);
+    const int64_t slot = layer_offset + slots_[t] * kv_width;
+    store_kv(qkv + q_width, k_cache_, slot, kv_width);
+    store_kv(qkv + q_width + kv_width, v_cache_, slot, kv_width);
   }
+}
+
+void* LlamaForward::kv_at(void* pool, int64_t offset) const {
+  return dims_.kv_half ? static_cast<void*>(static_cast<uint16_t*>(pool) + offset)
+                       : static_cast<void*>(static_cast<float*>(pool) + offset);
+}
+
+void LlamaForward::store_kv(const float* src, void* pool, int64_t offset, int64_t n) const {
+  if (!dims_.kv_half) {
+    std::memcpy(static_cast<float*>(pool) + offset, src, sizeof(float) * n);
+    return;
+  }
+  uint16_t* dst = static_cast<uint16_t*>(pool) + offset;
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
 
 void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {

@@ -46,6 +46,7 @@ struct LlamaDims {
   int64_t max_positions = 0;  // rows of the RoPE tables
   int64_t num_blocks = 0;     // KV pool
   int64_t block_size = 0;
+  bool kv_half = false;  // the pool holds fp16 K/V (llama.cpp's default: half the memory)
 };
 
 struct LlamaWeights {
@@ -69,9 +70,10 @@ struct ForwardBatch {
 
 class LlamaForward {
  public:
-  // k_cache, v_cache: [n_layers, num_blocks, block_size, n_kv_heads, head_dim] fp32.
+  // k_cache, v_cache: [n_layers, num_blocks, block_size, n_kv_heads, head_dim], fp32 or, with
+  // dims.kv_half, fp16 (K/V are rounded to nearest even as they are stored).
   // Throws std::invalid_argument on inconsistent shapes. n_threads <= 0: OpenMP's default.
-  LlamaForward(const LlamaDims& dims, LlamaWeights weights, float* k_cache, float* v_cache,
+  LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_cache, void* v_cache,
                int n_threads);
 
   // Writes this step's K/V into the pool and logits [n_logits, vocab]. Throws
@@ -102,13 +104,17 @@ class LlamaForward {
   void residual_norm_row(int64_t t, const float* norm, bool add_delta,
                          const detail::QuantActs& acts);
   void rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens);
+  // Element `offset` of a pool, in its element type.
+  void* kv_at(void* pool, int64_t offset) const;
+  // n floats into the pool at element `offset` (rounded to fp16 with kv_half).
+  void store_kv(const float* src, void* pool, int64_t offset, int64_t n) const;
   void head(const ForwardBatch& batch, float* logits);
   detail::QuantActs quant_acts();
 
   LlamaDims dims_;
   LlamaWeights w_;
-  float* k_cache_;
-  float* v_cache_;
+  void* k_cache_;
+  void* v_cache_;
   int n_threads_;
   Isa isa_;
   int64_t qkv_width_;

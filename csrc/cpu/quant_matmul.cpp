@@ -56,26 +56,6 @@ size_t block_bytes(QType q) {
 
 size_t row_bytes(QType q, int64_t k) { return block_bytes(q) * static_cast<size_t>(k / kBlock); }
 
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  float magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero and subnormals
-  } else if (exponent == 31) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else {
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &magnitude, 4);
-  bits |= sign;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
-
 void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
   const size_t bb = block_bytes(q);
   int32_t quants[kBlock];

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "half.h"
+
 namespace met::cpu {
 
 enum class QType : int32_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2 };
@@ -28,8 +30,6 @@ size_t row_bytes(QType q, int64_t k);
 Isa best_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
-
-float fp16_to_fp32(uint16_t h);
 
 // One row of W back to fp32: the plain reading of the format, used as the tests' reference.
 void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k);

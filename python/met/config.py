@@ -29,3 +29,6 @@ class EngineConfig:
     max_queue: int = 256
     tensor_parallel_size: int = 1  # ranks each holding 1/N of every layer (met.parallel)
     enforce_eager: bool = False  # GPU: no CUDA graphs, every decode step launched op by op
+    # auto | float16 | bfloat16 | float32 (met.engine.kv_budget.kv_dtype): auto is float16 for
+    # the C++ CPU forward (half the memory, as llama.cpp), the model's dtype otherwise.
+    kv_cache_dtype: str = "auto"

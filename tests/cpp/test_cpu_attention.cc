@@ -13,6 +13,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/attention_internal.h"
+#include "cpu/half.h"
 
 namespace met::cpu {
 namespace {
@@ -27,6 +28,7 @@ constexpr double kTolerance = 1e-5;
 struct Pool {
   AttnShape shape;
   std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;            // the fp16 pool read when shape.kv_half
   std::vector<std::vector<int32_t>> tables;  // per sequence
   std::vector<std::vector<float>> queries;   // per sequence: [length, n_heads * head_dim]
 };
@@ -94,15 +96,32 @@ std::vector<float> run(const Pool& pool, const std::vector<Row>& batch, detail::
   std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
   const AttnRows rows{static_cast<int64_t>(batch.size()), cu.data(), seq_lens.data(), tables.data(),
                       stride};
+  const void* k = s.kv_half ? static_cast<const void*>(pool.k16.data()) : pool.k.data();
+  const void* v = s.kv_half ? static_cast<const void*>(pool.v16.data()) : pool.v.data();
   if (threads == 0) {
-    detail::paged_attention_with(item, q.data(), pool.k.data(), pool.v.data(), out.data(), rows, s);
+    detail::paged_attention_with(item, q.data(), k, v, out.data(), rows, s);
   } else {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
 #endif
-    detail::paged_attention_with(item, q.data(), pool.k.data(), pool.v.data(), out.data(), rows, s);
+    detail::paged_attention_with(item, q.data(), k, v, out.data(), rows, s);
   }
   return out;
+}
+
+// The pool with its K/V rounded to fp16: both as fp16 (kv_half) and, in `rounded`, as the fp32
+// values those fp16 numbers stand for.
+Pool half_pool(const Pool& pool, Pool* rounded) {
+  Pool half = pool;
+  half.shape.kv_half = true;
+  *rounded = pool;
+  for (size_t i = 0; i < pool.k.size(); ++i) {
+    half.k16.push_back(fp32_to_fp16(pool.k[i]));
+    half.v16.push_back(fp32_to_fp16(pool.v[i]));
+    rounded->k[i] = fp16_to_fp32(half.k16.back());
+    rounded->v[i] = fp16_to_fp32(half.v16.back());
+  }
+  return half;
 }
 
 // Sequence seq's query at `pos` against keys 0..pos: double scores, explicit softmax.
@@ -195,6 +214,26 @@ TEST(PagedAttentionLong, DecodeAt8192MatchesReference) {
   const std::vector<Row> batch = {{0, 8191, 1}, {0, 4000, 1}};
   for (const detail::AttnPath& path : detail::attention_paths()) {
     expect_matches_reference(pool, batch, run(pool, batch, path.fn, 2), path.name);
+  }
+}
+
+TEST(PagedAttentionHalf, Fp16PoolGivesTheBitsOfAnFp32PoolHoldingTheSameValues) {
+  // Block sizes 16 and 8, head_dim 64 and 72 (a tail past the vector width), prefill and decode.
+  for (const Case c : {Case{9, 3, 64, 16}, Case{6, 3, 72, 8}}) {
+    const Pool pool =
+        make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {70, 33}, 2.0f, 17);
+    Pool rounded;
+    const Pool half = half_pool(pool, &rounded);
+    const std::vector<Row> batch = {{0, 0, 70}, {1, 32, 1}, {1, 10, 5}};
+    for (const detail::AttnPath& path : detail::attention_paths()) {
+      const auto want = run(rounded, batch, path.fn, 0);
+      for (const int threads : {0, 2}) {
+        const auto got = run(half, batch, path.fn, threads);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+            << path.name << " head_dim " << c.head_dim << " threads " << threads;
+      }
+      expect_matches_reference(rounded, batch, want, path.name);
+    }
   }
 }
 

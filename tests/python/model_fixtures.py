@@ -117,9 +117,16 @@ def save_hf_folder(folder: Path, config: ModelConfig, weights: dict[str, torch.T
 class PagedRunner:
     """Plays the scheduler: owns shuffled block tables and packs rows into one forward."""
 
-    def __init__(self, model: LlamaModel, num_blocks: int = 64, block_size: int = 4, seed: int = 0):
+    def __init__(
+        self,
+        model: LlamaModel,
+        num_blocks: int = 64,
+        block_size: int = 4,
+        seed: int = 0,
+        kv_dtype: torch.dtype | None = None,
+    ):
         self.model = model
-        self.cache: PagedKvCache = model.allocate_kv_cache(num_blocks, block_size)
+        self.cache: PagedKvCache = model.allocate_kv_cache(num_blocks, block_size, kv_dtype)
         self.free = list(range(num_blocks))
         random.Random(seed).shuffle(self.free)  # non-contiguous, out-of-order pages
         self.tables: dict[str, list[int]] = {}

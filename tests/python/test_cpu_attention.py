@@ -40,6 +40,7 @@ def _pool(rows, n_heads, n_kv_heads, head_dim, block_size, seed):
 
 
 def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0):
+    """Over an fp32 pool, or an fp16 one (read as kv_half)."""
     total, n_heads, head_dim = q.shape
     _, block_size, n_kv_heads, _ = k_cache.shape
     out = torch.full((total, n_heads * head_dim), float("nan"))
@@ -59,6 +60,7 @@ def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0):
         block_size,
         1.0 / math.sqrt(head_dim),
         n_threads,
+        kv_half=k_cache.dtype == torch.float16,
     )
     return out
 
@@ -134,3 +136,12 @@ def test_batch_invariant_bits() -> None:
 def test_rejects_bad_head_counts() -> None:
     with pytest.raises(ValueError, match="multiple"):
         _core.cpu.paged_attention(0, 0, 0, 0, 0, 0, 0, 0, 1, 9, 2, 64, 16, 0.125, 0)
+
+
+def test_an_fp16_pool_gives_the_bits_of_an_fp32_pool_holding_the_same_values() -> None:
+    q, k_cache, v_cache, cu, seq_lens, tables = _pool([(0, 37), (50, 1), (20, 9)], 9, 3, 64, 16, 4)
+    half_k, half_v = k_cache.half(), v_cache.half()
+    want = _attention(q, half_k.float(), half_v.float(), cu, seq_lens, tables)
+    for threads in (0, 2):
+        got = _attention(q, half_k, half_v, cu, seq_lens, tables, threads)
+        assert torch.equal(got, want)

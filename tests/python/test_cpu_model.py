@@ -30,10 +30,12 @@ def quant_model(qtype: str = "Q8_0", quant_embed: bool = True, **overrides) -> L
     return LlamaModel(config, weights)
 
 
-def paired_runners(model: LlamaModel) -> tuple[PagedRunner, PagedRunner]:
+def paired_runners(
+    model: LlamaModel, kv_dtype: torch.dtype | None = None
+) -> tuple[PagedRunner, PagedRunner]:
     """Two runners over separate pools with the same block ids: torch, then C++."""
-    torch_runner = PagedRunner(model, num_blocks=64, block_size=4)
-    cpp_runner = PagedRunner(model, num_blocks=64, block_size=4)
+    torch_runner = PagedRunner(model, num_blocks=64, block_size=4, kv_dtype=kv_dtype)
+    cpp_runner = PagedRunner(model, num_blocks=64, block_size=4, kv_dtype=kv_dtype)
     cpp_runner.model = CpuLlama(model, cpp_runner.cache)
     return torch_runner, cpp_runner
 
@@ -64,6 +66,17 @@ def test_matches_the_torch_forward(qtype: str, overrides: dict, quant_embed: boo
         for w, g in zip(want, got, strict=True):
             assert torch.isfinite(g).all()
             torch.testing.assert_close(g, w, atol=ATOL, rtol=0)
+
+
+def test_an_fp16_pool_matches_the_torch_forward_over_an_fp16_pool() -> None:
+    # Both round K/V to float16 as they store them (ties to even) and read them back exactly.
+    model = quant_model("Q8_0")
+    torch_runner, cpp_runner = paired_runners(model, torch.float16)
+    assert cpp_runner.cache.k.dtype == torch.float16
+    for rows in STEPS:
+        for w, g in zip(torch_runner.step(rows), cpp_runner.step(rows), strict=True):
+            torch.testing.assert_close(g, w, atol=ATOL, rtol=0)
+    torch.testing.assert_close(cpp_runner.cache.k, torch_runner.cache.k, atol=2e-3, rtol=2e-3)
 
 
 def test_a_decode_row_is_bitwise_the_same_alone_and_batched() -> None:

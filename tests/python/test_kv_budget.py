@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from model_fixtures import tiny_config
 
-from met.engine.kv_budget import activation_reserve, gpu_budget, pool_blocks, pool_shape
+from met.engine.kv_budget import activation_reserve, gpu_budget, kv_dtype, pool_blocks, pool_shape
 from met.server.settings import load_settings
 
 GIB = 1 << 30
@@ -53,3 +54,27 @@ def test_the_setting_reaches_the_engine_config() -> None:
     assert settings.engine.gpu_memory_utilization == 0.5
     env = {"MET_GPU_MEMORY_UTILIZATION": "0.7"}
     assert load_settings([], env=env).engine.gpu_memory_utilization == 0.7
+
+
+def test_kv_dtype_auto_is_half_for_the_cpp_forward_and_the_models_otherwise() -> None:
+    assert kv_dtype("auto", torch.float32, cpp_cpu_forward=True) == torch.float16
+    assert kv_dtype("auto", torch.bfloat16, cpp_cpu_forward=False) == torch.bfloat16
+    assert kv_dtype("float32", torch.float32, cpp_cpu_forward=True) == torch.float32
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        kv_dtype("int8", torch.float32, cpp_cpu_forward=True)
+    assert load_settings(["--kv-cache-dtype", "float32"], env={}).engine.kv_cache_dtype == "float32"
+
+
+@pytest.mark.slow
+def test_the_default_model_on_the_cpu_keeps_fp16_kv_unless_asked(default_model_path) -> None:
+    import met
+    from met.model.cpu_llama import CpuLlama
+
+    with met.LLM(model=str(default_model_path), device="cpu", kv_cache_blocks=64) as half:
+        assert isinstance(half.engine.backend.model, CpuLlama)
+        assert half.engine.backend.kv_cache.k.dtype == torch.float16
+    with met.LLM(
+        model=str(default_model_path), device="cpu", kv_cache_blocks=64, kv_cache_dtype="float32"
+    ) as full:
+        assert isinstance(full.engine.backend.model, CpuLlama)
+        assert full.engine.backend.kv_cache.k.dtype == torch.float32

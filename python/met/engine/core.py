@@ -13,11 +13,18 @@ import torch
 
 from met import _core
 from met.config import EngineConfig
-from met.engine.kv_budget import activation_reserve, gpu_budget, pool_blocks, pool_shape
+from met.engine.kv_budget import (
+    activation_reserve,
+    gpu_budget,
+    kv_dtype,
+    pool_blocks,
+    pool_shape,
+)
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
 from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
+from met.model.cpu_llama import unsupported_reason as cpu_unsupported_reason
 from met.model.cuda_llama import cuda_forward_for
 from met.model.json_mode import JsonConstraint
 from met.model.json_schema import ANY_OBJECT, compile_schema
@@ -56,8 +63,14 @@ class EngineCore:
             config.max_model_len or self.model_config.context_length,
             self.model_config.context_length,
         )
+        cpp_forward = (
+            self.model.device.type == "cpu"
+            and config.tensor_parallel_size == 1
+            and cpu_unsupported_reason(self.model) is None
+        )
+        self.kv_dtype = kv_dtype(config.kv_cache_dtype, self.model.dtype, cpp_forward)
         num_blocks = self._num_kv_blocks()
-        kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size)
+        kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size, self.kv_dtype)
         # The CPU pool commits memory page by page as blocks are first written (PagedKvCache):
         # reusing cached blocks before touching new ones keeps its resident size at the peak in
         # use instead of growing with every token served.
@@ -80,13 +93,14 @@ class EngineCore:
         if self.config.kv_cache_blocks:
             return self.config.kv_cache_blocks
         cfg, mc = self.config, self.model_config
-        element = torch.empty((), dtype=self.model.dtype).element_size()
+        element = torch.empty((), dtype=self.kv_dtype).element_size()
         shape = pool_shape(
             mc, element, cfg.block_size, self.max_model_len, cfg.tensor_parallel_size
         )
         if self.model.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.model.device)
-            reserve = activation_reserve(mc, element, cfg.max_batch_tokens, cfg.max_num_seqs)
+            activations = torch.empty((), dtype=self.model.dtype).element_size()
+            reserve = activation_reserve(mc, activations, cfg.max_batch_tokens, cfg.max_num_seqs)
             budget = gpu_budget(total, free, cfg.gpu_memory_utilization, reserve)
         else:
             budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 from met.model.config import ModelConfig
 
 # cuBLAS workspaces, the CUDA context's own allocations made after this point, allocator slack.
@@ -32,6 +34,18 @@ def pool_shape(
     kv_heads = mc.n_kv_heads // tp_size  # this rank's share
     per_token = 2 * mc.n_layers * kv_heads * mc.head_dim * element
     return PoolShape(per_token * block_size, math.ceil(max_model_len / block_size) + 1)
+
+
+KV_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def kv_dtype(setting: str, model_dtype: torch.dtype, cpp_cpu_forward: bool) -> torch.dtype:
+    """The KV pool's dtype for `setting` (EngineConfig.kv_cache_dtype)."""
+    if setting == "auto":
+        return torch.float16 if cpp_cpu_forward else model_dtype
+    if setting not in KV_DTYPES:
+        raise ValueError(f"kv_cache_dtype: auto, {', '.join(KV_DTYPES)}; not {setting!r}")
+    return KV_DTYPES[setting]
 
 
 def pool_blocks(shape: PoolShape, max_num_seqs: int, budget_bytes: int) -> int:

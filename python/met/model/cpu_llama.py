@@ -35,6 +35,16 @@ def _weight(w: QuantLinear) -> tuple[int, str, int, int]:
     return (w.blocks.data_ptr(), w.qtype, w.out_features, w.in_features)
 
 
+# KV pool dtypes the C++ forward stores and reads.
+KV_DTYPES = (torch.float16, torch.float32)
+
+
+def _pool_address(t: Tensor) -> int:
+    if t.dtype not in KV_DTYPES or not t.is_contiguous():
+        raise ValueError("the C++ forward takes a contiguous float16 or float32 KV pool")
+    return t.data_ptr()
+
+
 def _address(t: Tensor | None) -> int:
     if t is None:
         return 0
@@ -76,6 +86,7 @@ class CpuLlama:
             "max_positions": self._cos.shape[0],
             "num_blocks": cache.num_blocks,
             "block_size": cache.block_size,
+            "kv_half": cache.k.dtype == torch.float16,
         }
         layers = [
             {
@@ -97,8 +108,8 @@ class CpuLlama:
             layers,
             self._cos.data_ptr(),
             self._sin.data_ptr(),
-            _address(cache.k),
-            _address(cache.v),
+            _pool_address(cache.k),
+            _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
         )
 
@@ -171,5 +182,7 @@ def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
 
 
 def cpu_forward_for(model: LlamaModel, cache: PagedKvCache) -> LlamaModel | CpuLlama:
-    """The forward the engine should run: the C++ one whenever the model allows it."""
-    return model if unsupported_reason(model) else CpuLlama(model, cache)
+    """The forward the engine should run: the C++ one whenever the model and pool allow it."""
+    if unsupported_reason(model) or cache.k.dtype not in KV_DTYPES:
+        return model
+    return CpuLlama(model, cache)

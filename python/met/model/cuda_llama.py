@@ -301,6 +301,6 @@ def cuda_forward_for(
     model: LlamaModel, cache: PagedKvCache, max_seq_len: int, max_batch: int, eager: bool = False
 ) -> LlamaModel | CudaLlama:
     """The forward the engine should run on a GPU: met's kernels whenever the model allows it."""
-    if unsupported_reason(model):
-        return model
+    if unsupported_reason(model) or cache.k.dtype != model.dtype:
+        return model  # the kernels read K/V in the model's dtype
     return CudaLlama(model, cache, max_seq_len, max_batch, graphs="off" if eager else "capture")

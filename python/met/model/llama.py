@@ -156,8 +156,13 @@ class LlamaModel:
         self.cos = angles.cos().to(self.device, self.dtype)[:, None, :]
         self.sin = angles.sin().to(self.device, self.dtype)[:, None, :]
 
-    def allocate_kv_cache(self, num_blocks: int, block_size: int = 16) -> PagedKvCache:
-        return PagedKvCache.allocate(self.config, num_blocks, block_size, self.dtype, self.device)
+    def allocate_kv_cache(
+        self, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None
+    ) -> PagedKvCache:
+        """A pool in `dtype` (default: the model's; a narrower one, such as float16 under float32
+        weights, is rounded to as K/V are stored)."""
+        kv_dtype = dtype or self.dtype
+        return PagedKvCache.allocate(self.config, num_blocks, block_size, kv_dtype, self.device)
 
     @torch.inference_mode()
     def forward(
@@ -214,8 +219,11 @@ class LlamaModel:
         q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
         v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
         k_cache, v_cache = kv
-        k_cache.index_copy_(0, slots, k)
-        v_cache.index_copy_(0, slots, v)
+        if k_cache.dtype != k.dtype:
+            # A narrower pool (fp16 KV): attention sees the stored values, fresh rows included.
+            k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
+        k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         attn = self._attention(q, k, v, k_cache, v_cache, plan)
         x = x + self._reduced(linear(attn, w["wo"]))
         h = F.rms_norm(x, (x.shape[-1],), w["mlp_norm"], c.norm_eps)
@@ -241,7 +249,8 @@ class LlamaModel:
             if row.slots is None:
                 keys, values = k[row.start : row.end], v[row.start : row.end]
             else:
-                keys, values = k_cache[row.slots], v_cache[row.slots]
+                keys = k_cache[row.slots].to(q.dtype)
+                values = v_cache[row.slots].to(q.dtype)
             out[row.start : row.end] = self._row_attention(
                 q[row.start : row.end], keys, values, row.mask
             )
@@ -264,8 +273,8 @@ class LlamaModel:
     ) -> Tensor:
         c = self.config
         n_rows = q.shape[0]
-        keys = k_cache[plan.decode_slots].transpose(1, 2)  # [D, kv, context, dim]
-        values = v_cache[plan.decode_slots].transpose(1, 2)
+        keys = k_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)  # [D, kv, context, dim]
+        values = v_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)
         qg = q.view(n_rows, c.n_kv_heads, self.groups, c.head_dim)
         out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=plan.decode_mask)
         return out.reshape(n_rows, c.n_heads * c.head_dim)

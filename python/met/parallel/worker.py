@@ -21,6 +21,7 @@ from functools import partial
 import torch
 
 from met.config import EngineConfig
+from met.engine.kv_budget import kv_dtype
 from met.model.llama import LlamaModel, PagedKvCache
 from met.models import load_model
 from met.parallel import dist as tp
@@ -122,7 +123,9 @@ def _start(rank: int, world: int) -> tuple[tp.Group, LlamaModel, PagedKvCache]:
         shard=partial(shard_weights, rank=rank, world=world),
         weight_format=config.weight_format,
     )
-    cache = model.allocate_kv_cache(setup["num_blocks"], config.block_size)
+    # Rank 0 runs the torch forward under tensor parallelism, and sized its pool the same way.
+    pool_dtype = kv_dtype(config.kv_cache_dtype, model.dtype, cpp_cpu_forward=False)
+    cache = model.allocate_kv_cache(setup["num_blocks"], config.block_size, pool_dtype)
     model.reduce = group.all_reduce
     tp.finish_worker_setup(group)
     log.info("rank %d of %d: serving %s", rank, world, setup["model_path"])

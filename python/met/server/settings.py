@@ -20,6 +20,7 @@ ENV_PREFIX = "MET_"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # met.engine.kv_budget.KV_DTYPES
 WEIGHT_FORMATS = (
     "auto",
     "dequantized",
@@ -92,6 +93,13 @@ _OPTIONS = (
     _Option("max_queue", int, "waiting requests before answering 503", True, minimum=1),
     _Option("tensor_parallel_size", int, "ranks to split the model over", True, minimum=1),
     _Option("enforce_eager", bool, "GPU: run decode op by op instead of CUDA graphs", True),
+    _Option(
+        "kv_cache_dtype",
+        str,
+        "KV cache dtype (auto: float16 for GGUF weights on the CPU, else the model's)",
+        True,
+        choices=KV_CACHE_DTYPES,
+    ),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
     _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),
     _Option("request_timeout", float, "seconds a request may run (default: no limit)", minimum=0),
