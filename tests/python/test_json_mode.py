@@ -117,9 +117,10 @@ def test_constraint_follows_the_output_and_allows_eos_only_when_complete() -> No
 
 def test_constraint_after_the_object_allows_only_the_end() -> None:
     c = _constraint()
+    assert c.end_token() is None
     c.sync([0, 2, 3, 4, 1])  # {"a": 1}
     allowed = [t for t in range(len(VOCAB)) if c.allows(t)]
-    assert allowed == [EOS]
+    assert allowed == [EOS] and c.end_token() == EOS
 
 
 def _spec(temperature: float, allowed, seed: int = 1) -> SampleSpec:
@@ -136,6 +137,16 @@ def test_the_sampler_takes_the_best_allowed_token() -> None:
     assert set(draws) <= {1, 3, 5} and draws.count(1) > draws.count(3) > draws.count(5)
 
 
+def test_a_complete_value_ends_the_output_unless_min_tokens_holds_it() -> None:
+    logits = torch.tensor([[5.0, 4.0, 3.0, 0.0]])  # the model would rather go on (token 0)
+    spec = SampleSpec(RowParams(temperature=0.0), allowed=lambda t: True, end=lambda: 3)
+    assert sample(logits, [spec])[0].token == 3
+    spec.mask_stop, spec.stop_tokens = True, [3]
+    assert sample(logits, [spec])[0].token == 0
+    drawn = SampleSpec(RowParams(temperature=1.0, seed=2), allowed=lambda t: True, end=lambda: 3)
+    assert sample(logits, [drawn])[0].token == 3
+
+
 def test_the_sampler_leaves_top_k_when_it_kept_no_allowed_token() -> None:
     logits = torch.tensor([[5.0, 4.0, 3.0, 2.0]])
     # Top-2 keeps tokens 0 and 1, neither allowed.
@@ -149,6 +160,7 @@ def assert_json_answer(text: str, finish_reason: str) -> None:
     assert prefix.feed(text.encode()), text
     if finish_reason == "stop":
         assert isinstance(json.loads(text), dict), text
+        assert text == text.rstrip(), "the output ends with the value, not with padding"
     else:
         assert finish_reason == "length" and not prefix.complete
 

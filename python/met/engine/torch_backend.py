@@ -275,6 +275,7 @@ class TorchBackend(_core.Backend):
             mask_stop=row.mask_stop,
             stop_tokens=list(row.stop_tokens),
             allowed=None if constraint is None else constraint.allows,
+            end=None if constraint is None else constraint.end_token,
         )
 
 

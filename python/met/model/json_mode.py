@@ -318,7 +318,8 @@ class JsonConstraint:
     ) -> None:
         self._token_bytes = token_bytes
         self._special = frozenset(special_ids)
-        self._eos = frozenset(eos_ids)
+        self._eos_ids = list(eos_ids)
+        self._eos = frozenset(self._eos_ids)
         self._prefix = JsonPrefix(schema)
         self._seen = 0  # generated tokens fed so far
 
@@ -328,6 +329,11 @@ class JsonConstraint:
             if token not in self._eos:
                 self._prefix.feed(self._bytes(token))
         self._seen = len(generated)
+
+    def end_token(self) -> int | None:
+        """The end of text once the value is complete (the sampler then ends the output rather
+        than let the model pad it with whitespace), else None."""
+        return self._eos_ids[0] if self._eos_ids and self._prefix.complete else None
 
     def allows(self, token: int) -> bool:
         if token in self._eos:

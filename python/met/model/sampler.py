@@ -47,9 +47,11 @@ class SampleSpec:
     n_generated: int = 0
     mask_stop: bool = False  # min_tokens not reached: stop tokens may not be drawn
     stop_tokens: Sequence[int] = ()
-    # JSON mode: whether a token may come next (met.model.json_mode); the pick is then the best
-    # allowed token in the order the row would have ranked them.
+    # Structured output (met.model.json_mode): whether a token may come next (the pick is then
+    # the best allowed token in the order the row would have ranked them), and the token that
+    # ends the output once the value is complete (taken unless min_tokens masks stop tokens).
     allowed: Callable[[int], bool] | None = None
+    end: Callable[[], int | None] | None = None
 
 
 @dataclass
@@ -113,11 +115,16 @@ def _output_tokens(row: SampleSpec) -> list[int]:
 def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     """Greedy rows take the argmax; the others draw, all truncations batched over them."""
     picks = argmax(logits)
+    ended = {i: token for i, row in enumerate(rows) if (token := _end(row)) is not None}
+    for i, token in ended.items():
+        picks[i] = token
     drawn = [
-        i for i, row in enumerate(rows) if row.params.temperature > 0 and row.params.top_k != 1
+        i
+        for i, row in enumerate(rows)
+        if row.params.temperature > 0 and row.params.top_k != 1 and i not in ended
     ]
     for i, row in enumerate(rows):
-        if row.allowed is not None and i not in drawn:
+        if row.allowed is not None and i not in drawn and i not in ended:
             best = _first_allowed(logits[i], row.allowed, float("-inf"))
             picks[i] = picks[i] if best is None else best
     if not drawn:
@@ -136,6 +143,12 @@ def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     for j, i in enumerate(drawn):
         picks[i] = _draw(probs[j], logits[i], rows[i])
     return picks
+
+
+def _end(row: SampleSpec) -> int | None:
+    if row.end is None or row.mask_stop:
+        return None
+    return row.end()
 
 
 def _draw(probs: Tensor, logits: Tensor, row: SampleSpec) -> int:
