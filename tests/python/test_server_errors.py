@@ -12,12 +12,15 @@ pytestmark = pytest.mark.slow
 
 KEY = "s3cret-key"
 MAX_LEN = 256
+MAX_BODY = 65536
 GOOD_CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
 
 @pytest.fixture(scope="module")
 def server():
-    proc = start_server("--max-model-len", str(MAX_LEN), api_key=KEY)
+    proc = start_server(
+        "--max-model-len", str(MAX_LEN), "--max-request-bytes", str(MAX_BODY), api_key=KEY
+    )
     yield proc
     assert proc.stop() == 0
 
@@ -185,6 +188,22 @@ def test_auth(server: ServerProcess, headers: dict, status: int) -> None:
         assert response.status_code == 200
     assert httpx.get(server.url + "/health").status_code == 200  # health needs no key
     assert httpx.get(server.url + "/metrics").status_code == 401
+
+
+def test_a_body_over_the_limit_is_a_413_declared_or_streamed(server: ServerProcess) -> None:
+    big = json.dumps(_chat(stop=["x" * (MAX_BODY + 10)])).encode()
+
+    def chunks():
+        for start in range(0, len(big), 4096):
+            yield big[start : start + 4096]
+
+    with server.http() as http:
+        headers = {"content-type": "application/json"}
+        declared = http.post(CHAT, content=big, headers=headers)
+        assert _assert_error_shape(declared, 413)["code"] == "request_too_large"
+        streamed = http.post(CHAT, content=chunks(), headers=headers)  # chunked, no length
+        assert _assert_error_shape(streamed, 413)["code"] == "request_too_large"
+        _assert_still_serves(http)
 
 
 def test_unknown_route_and_method(server: ServerProcess) -> None:

@@ -26,6 +26,7 @@ class AccessMiddleware:
         self.state = state
         key = state.settings.api_key
         self._key = key.encode("utf-8") if key else None
+        self._max_body = state.settings.max_request_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -40,13 +41,13 @@ class AccessMiddleware:
                 status.append(message["status"])
             await send(message)
 
-        if not self._authorized(scope):
-            error = APIError(401, "Invalid or missing API key", code="invalid_api_key")
-            await error.response()(scope, receive, send_and_note)
-            self._account(scope, 401, started)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await refusal.response()(scope, receive, send_and_note)
+            self._account(scope, refusal.status, started)
             return
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, _capped(receive, self._max_body), send_and_note)
         finally:
             code = status[0] if status else 500
             generation = scope.get("state", {}).get("generation")
@@ -56,6 +57,16 @@ class AccessMiddleware:
                 if generation.outcome == "disconnected":
                     code = _CLIENT_CLOSED
             self._account(scope, code, started)
+
+    def _refusal(self, scope: Scope) -> APIError | None:
+        """The error a request gets before anything reads it: no key, or a declared body over
+        the limit (one sent without a length is cut off as it arrives, by _capped)."""
+        if not self._authorized(scope):
+            return APIError(401, "Invalid or missing API key", code="invalid_api_key")
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self._max_body:
+                return _too_large(self._max_body)
+        return None
 
     def _authorized(self, scope: Scope) -> bool:
         if self._key is None or scope["path"] in _OPEN_PATHS:
@@ -76,6 +87,30 @@ class AccessMiddleware:
         finish = generation.outcome if generation is not None else ""
         self.state.metrics.requests.inc(1, str(code), finish or "")
         log.info("%s", _log_line(scope, code, duration_ms, generation))
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(
+        413,
+        f"Request body too large: the limit is {limit} bytes (--max-request-bytes)",
+        code="request_too_large",
+    )
+
+
+def _capped(receive: Receive, limit: int) -> Receive:
+    """`receive` that raises a 413 once more than `limit` body bytes have arrived."""
+    seen = 0
+
+    async def capped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _too_large(limit)
+        return message
+
+    return capped
 
 
 def _log_line(scope: Scope, code: int, duration_ms: float, generation: Any) -> str:
