@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import torch
 from safetensors import safe_open
 
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+
+log = logging.getLogger("met.models")
 
 _SUPPORTED = {"llama", "mistral", "qwen2"}
 _GLOBAL_NAMES = {
@@ -85,7 +88,7 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         ffn=int(raw["intermediate_size"]),
         vocab=int(raw["vocab_size"]),
         rope_theta=float(raw.get("rope_theta", 10000.0)),
-        context_length=int(raw.get("max_position_embeddings", 2048)),
+        context_length=_context_length(raw, folder),
         norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=[int(e) for e in eos_ids],
@@ -94,6 +97,23 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         rope_scaling=_rope_scaling(raw.get("rope_scaling"), folder),
         attention_bias=raw["model_type"] == "qwen2" or bool(raw.get("attention_bias", False)),
     )
+
+
+def _context_length(raw: dict[str, Any], folder: Path) -> int:
+    """max_position_embeddings, capped at a sliding attention window (Mistral 7B v0.1's 4096):
+    met attends to the whole context, which is what such a model computes only up to its
+    window. Qwen2 configs name a window but switch it off with use_sliding_window."""
+    length = int(raw.get("max_position_embeddings", 2048))
+    window = raw.get("sliding_window")
+    if window and raw.get("use_sliding_window", True) and int(window) < length:
+        log.warning(
+            "%s: sliding-window attention (%d tokens) is not implemented; the context is capped "
+            "at the window, where full attention computes the same",
+            folder,
+            int(window),
+        )
+        return int(window)
+    return length
 
 
 def _rope_scaling(raw: dict[str, Any] | None, folder: Path) -> RopeScaling | None:
