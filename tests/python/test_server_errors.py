@@ -112,6 +112,15 @@ CASES = [
         None,
     ),
     ("format-other", CHAT, _chat(response_format={"type": "regex"}), 400, "response_format", None),
+    (
+        "guided-and-format",
+        CMPL,
+        _cmpl(guided_json={"type": "object"}, response_format={"type": "json_object"}),
+        400,
+        "guided_json",
+        None,
+    ),
+    ("guided-pattern", CMPL, _cmpl(guided_json={"pattern": "x"}), 400, "response_format", None),
     ("tools", CHAT, _chat(tools=[{"type": "function"}]), 400, "tools", None),
     ("unknown-model", CHAT, _chat(model="gpt-17"), 404, "model", "model_not_found"),
     (

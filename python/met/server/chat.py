@@ -10,8 +10,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from met.sampling import SamplingParams
-from met.server.errors import from_value_error, invalid
+from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
 from met.server.logprobs import TokenText, chat_logprobs
 from met.server.protocol import ChatCompletionBody, ChatMessage, parse_body, sampling_params
@@ -19,7 +18,6 @@ from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
 
 log = logging.getLogger("met.server")
-_FORMATS = ("text", "json_object", "json_schema")
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -32,7 +30,6 @@ async def create_chat_completion(request: Request) -> Response:
     top = _top_logprobs(body)
     requested = body.max_completion_tokens
     params = sampling_params(body, body.max_tokens if requested is None else requested, top)
-    _structured_output(body, params)
     params.max_tokens = fit_max_tokens(
         len(prompt_ids), params.max_tokens, engine.max_model_len, "messages"
     )
@@ -84,32 +81,6 @@ def encode_messages(engine: Any, messages: list[ChatMessage]) -> list[int]:
 def _reject_unsupported(body: ChatCompletionBody) -> None:
     if body.tools:
         raise invalid("tools: tool calling is not supported", param="tools")
-    if body.response_format is not None and body.response_format.type not in _FORMATS:
-        raise invalid(
-            f"response_format: type '{body.response_format.type}' is not supported; "
-            "'text', 'json_object' and 'json_schema' are",
-            param="response_format",
-        )
-
-
-def _structured_output(body: ChatCompletionBody, params: SamplingParams) -> None:
-    """JSON mode or a schema onto the engine's parameters (checked: a bad schema is a 400)."""
-    fmt = body.response_format
-    if fmt is None or fmt.type == "text":
-        return
-    if fmt.type == "json_object":
-        params.json_object = True
-        return
-    if fmt.json_schema is None or fmt.json_schema.schema_ is None:
-        raise invalid(
-            "response_format.json_schema.schema: a JSON schema is required",
-            param="response_format.json_schema.schema",
-        )
-    params.json_schema = fmt.json_schema.schema_
-    try:
-        params.validate()
-    except ValueError as e:
-        raise from_value_error(e) from None
 
 
 def _top_logprobs(body: ChatCompletionBody) -> int | None:

@@ -12,6 +12,7 @@ from met.server.errors import from_validation_error, from_value_error, invalid
 MAX_N = 16  # choices per request; each one is a sequence holding KV blocks
 MAX_STOP = 4
 _INT64 = 2**63
+_FORMATS = ("text", "json_object", "json_schema")
 
 
 class _Body(BaseModel):
@@ -22,6 +23,18 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool | None = None
+
+
+class JsonSchemaFormat(_Body):
+    name: str | None = None
+    # "schema" would shadow a BaseModel attribute.
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: str
+    json_schema: JsonSchemaFormat | None = None
 
 
 class _GenerationBody(_Body):
@@ -43,6 +56,10 @@ class _GenerationBody(_Body):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
+    # Structured output: OpenAI's response_format, or vLLM's guided_json (a schema) on either
+    # endpoint.
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -68,24 +85,11 @@ class ChatMessage(_Body):
     name: str | None = None
 
 
-class JsonSchemaFormat(_Body):
-    name: str | None = None
-    # "schema" would shadow a BaseModel attribute.
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(_Body):
-    type: str
-    json_schema: JsonSchemaFormat | None = None
-
-
 class ChatCompletionBody(_GenerationBody):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    response_format: ResponseFormat | None = None
     tools: list[Any] | None = None
 
 
@@ -135,11 +139,37 @@ def sampling_params(
         ignore_eos=bool(body.ignore_eos),
         logprobs=logprobs,
     )
+    _structured_output(body, params)
     try:
         params.validate()
     except ValueError as e:
         raise from_value_error(e) from None
     return params
+
+
+def _structured_output(body: _GenerationBody, params: SamplingParams) -> None:
+    """JSON mode or a JSON schema onto the engine's parameters (the schema is checked by
+    SamplingParams.validate: a keyword met cannot enforce is a 400 naming it)."""
+    fmt = body.response_format
+    if fmt is not None and fmt.type not in _FORMATS:
+        raise invalid(
+            f"response_format: type '{fmt.type}' is not supported; "
+            "'text', 'json_object' and 'json_schema' are",
+            param="response_format",
+        )
+    if body.guided_json is not None:
+        if fmt is not None and fmt.type != "text":
+            raise invalid("guided_json: give either it or response_format", param="guided_json")
+        params.json_schema = body.guided_json
+    elif fmt is not None and fmt.type == "json_object":
+        params.json_object = True
+    elif fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            raise invalid(
+                "response_format.json_schema.schema: a JSON schema is required",
+                param="response_format.json_schema.schema",
+            )
+        params.json_schema = fmt.json_schema.schema_
 
 
 def _or(value: Any, default: Any) -> Any:
