@@ -38,6 +38,7 @@ INVALID = [
     "{}}",
     '{"a": 1} x',
     "{" + " " * 21 + "}",  # whitespace runs are capped
+    '{\n\n"a": 1}',  # one line break per run
 ]
 
 

@@ -9,8 +9,9 @@ alive. JsonConstraint follows one request's generated tokens and answers, for a 
 whether the output may continue with it; the sampler asks about candidates best first
 (met.model.sampler), so a step usually checks a handful of tokens, not the vocabulary.
 
-Runs of whitespace are capped (20 bytes, as llama.cpp's JSON grammar does): a model can
-otherwise pad forever between values without ever breaking the grammar.
+Whitespace between tokens is kept to what JSON writers produce (as llama.cpp's JSON grammar
+does): at most one line break and 20 bytes in a run. A model can otherwise pad forever between
+values (a blank line after every brace) without ever breaking the grammar.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from met.model.json_schema import ANY, ANY_OBJECT, Node
 
 _WHITESPACE = frozenset(b" \t\n\r")
 _MAX_WHITESPACE_RUN = 20
+_LINE_BREAKS = frozenset(b"\r\n")
 _DIGITS = frozenset(b"0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESCAPES = frozenset(b'"\\/bfnrt')
@@ -50,7 +52,8 @@ class Frame:
 
 class RootFrame(Frame):
     def __init__(self, node: Node) -> None:
-        self.node, self.done, self.spaces = node, False, 0
+        self.node, self.done = node, False
+        self.spaces, self.breaks = 0, 0  # the current whitespace run: bytes, line breaks
 
     @property
     def between(self) -> bool:
@@ -257,9 +260,10 @@ def _step(stack: Stack, b: int) -> list[Stack]:
     if top.between and b in _WHITESPACE:
         root = stack[0]
         root.spaces += 1
-        return [stack] if root.spaces <= _MAX_WHITESPACE_RUN else []
+        root.breaks += b in _LINE_BREAKS
+        return [stack] if root.spaces <= _MAX_WHITESPACE_RUN and root.breaks <= 1 else []
     if top.between:
-        stack[0].spaces = 0
+        stack[0].spaces = stack[0].breaks = 0
     code, node = top.feed(b)
     if code == OK:
         return [stack]
