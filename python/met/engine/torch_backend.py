@@ -307,7 +307,8 @@ def _kernel_params(rows: list[_core.SampleRow]) -> dict[str, np.ndarray]:
         "top_k": np.array([max(p.top_k, 0) for p in params], np.int32),
         "top_p": np.array([p.top_p for p in params], np.float32),
         "min_p": np.array([p.min_p for p in params], np.float32),
-        "seed": np.array([p.seed for p in params], np.uint64),
+        # The kernel reads the int64 bits as the uint64 seed.
+        "seed": np.array([p.seed for p in params], np.uint64).view(np.int64),
         "step": np.array([r.n_generated for r in rows], np.int64),
     }
 

@@ -63,7 +63,6 @@ class CpuLlama:
             raise ValueError(f"CpuLlama: {reason}")
         self.model, self.cache = model, cache
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
-        self.reduce = None
         c = model.config
         embed = model.embed
         embed_spec = (

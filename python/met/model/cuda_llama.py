@@ -73,7 +73,6 @@ class CudaLlama:
             raise ValueError(f"graphs: capture, eager or off, not {graphs!r}")
         self.model, self.cache, self.ops = model, cache, ops
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
-        self.reduce = None
         c = model.config
         max_positions = model.cos.shape[0]
         self._cos, self._sin = ops.rope_tables(c.inv_freq(), max_positions, self.device)
@@ -140,12 +139,9 @@ class CudaLlama:
         self, logits: Tensor, rows: list[int], params: dict[str, np.ndarray]
     ) -> Tensor:
         """int32 draws of met's sampling kernel for logits rows `rows`; `params` holds one entry
-        per row for each of cuda_ops.sample's parameters (seed as uint64)."""
+        per row for each of cuda_ops.sample's parameters, in its dtypes."""
         picked = logits.index_select(0, self._on_device(np.asarray(rows, np.int64)))
-        args = {
-            name: self._on_device(values.view(np.int64) if values.dtype == np.uint64 else values)
-            for name, values in params.items()
-        }
+        args = {name: self._on_device(values) for name, values in params.items()}
         return self.ops.sample(picked, **args)
 
     # --- one step ---
