@@ -1,6 +1,6 @@
 """`met trace`: run a scenario file through the C++ scheduler and the recording fake.
 
-A scenario is a TOML file (trace spec section 12). Every accepted key is listed in the schema
+A scenario is a TOML file (docs/trace-format.md). Every accepted key is listed in the schema
 tables below; anything else is an error that names the key. The built-in name `batched_mixed`
 runs the golden scenario without a file.
 """

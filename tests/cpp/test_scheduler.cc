@@ -65,11 +65,12 @@ std::string read_file(const std::string& path) {
 }
 
 TEST(Parity, BatchedMixedMatchesTheGolden) {
-  // __FILE__ is absolute under CMake; shared/ sits beside the checkout.
+  // __FILE__ is absolute under CMake; the golden lives in the repository beside the scenarios.
   std::string root = __FILE__;
   root = root.substr(0, root.rfind("/tests/cpp/"));
-  const std::string golden = read_file(root + "/../shared/seed/batched_mixed.trace");
-  if (golden.empty()) GTEST_SKIP() << "shared/seed/batched_mixed.trace not beside the checkout";
+  const std::string path = root + "/tests/scenarios/batched_mixed.trace";
+  const std::string golden = read_file(path);
+  ASSERT_FALSE(golden.empty()) << "cannot read the golden trace " << path;
   EXPECT_EQ(testing::run_scenario(testing::batched_mixed_spec()), golden);
 }
 

@@ -9,13 +9,11 @@ import pytest
 from met.trace import run_trace, trace_main
 
 REPO = Path(__file__).parents[2]
-GOLDEN = REPO.parent / "shared/seed/batched_mixed.trace"
+GOLDEN = REPO / "tests/scenarios/batched_mixed.trace"  # the seed golden, copied byte for byte
 SCENARIOS = sorted((REPO / "tests/scenarios").glob("*.toml"))
 
 
 def test_batched_mixed_matches_the_golden_byte_for_byte():
-    if not GOLDEN.exists():
-        pytest.skip(f"golden trace not beside the checkout: {GOLDEN}")
     assert run_trace("batched_mixed") == GOLDEN.read_text()
 
 
