@@ -17,48 +17,17 @@ from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as HfTokenizer
 
 from met.hf_loader import hf_chat_template, read_json
 from met.model.config import ModelLoadError
+from met.pretokenize import byte_level_pre, ignores_merges, pre_type
 
 # GGUF token types (llama.cpp's llama_token_type).
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 _SPM_SPACE = "\u2581"
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-# Split regexes of the GGUF `tokenizer.ggml.pre` names met knows (they match llama.cpp's).
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
-
-
-def _byte_level_pre(pre: str | None) -> pre_tokenizers.PreTokenizer:
-    if pre in (None, "default", "gpt2"):
-        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre == "smollm":
-        return pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Digits(individual_digits=True),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-            ]
-        )
-    split = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}.get(pre)
-    if split is None:
-        raise ModelLoadError(
-            f"tokenizer pre-tokenizer {pre!r} is not supported (supported: gpt2, smollm, "
-            "llama-bpe, qwen2); load the model from its Hugging Face folder instead"
-        )
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-
 
 def _byte_to_unicode() -> dict[int, str]:
     # GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the rest are
@@ -218,10 +187,13 @@ class Tokenizer:
         user_defined = {i for i, t in enumerate(types) if t == _USER_DEFINED}
         if kind == "gpt2":
             merges = [tuple(m.split(" ", 1)) for m in field_value(reader, "tokenizer.ggml.merges")]
-            backend = HfTokenizer(
-                models.BPE({t: i for i, t in enumerate(tokens)}, merges, ignore_merges=False)
-            )
-            backend.pre_tokenizer = _byte_level_pre(field_value(reader, "tokenizer.ggml.pre"))
+            try:
+                pre = pre_type(field_value(reader, "tokenizer.ggml.pre"))
+            except ModelLoadError as exc:
+                raise ModelLoadError(f"{path}: {exc}") from None
+            vocab = {t: i for i, t in enumerate(tokens)}
+            backend = HfTokenizer(models.BPE(vocab, merges, ignore_merges=ignores_merges(pre)))
+            backend.pre_tokenizer = byte_level_pre(pre)
             backend.decoder = decoders.ByteLevel()
             table = byte_level_bytes(tokens, special | user_defined)
         elif kind == "llama":

@@ -81,7 +81,12 @@ def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> Non
 
 
 def write_tiny_gguf(
-    path: Path, qtype: Q = Q.Q8_0, tied: bool = True, down: Q | None = None, **shape: int
+    path: Path,
+    qtype: Q = Q.Q8_0,
+    tied: bool = True,
+    down: Q | None = None,
+    pre: str = "smollm",
+    **shape: int,
 ) -> tuple:
     """A tiny Llama GGUF; its linear weights in `qtype` (w_down and the embedding in `down` when
     given, as Q4_K_M files keep some tensors in Q6_K); `shape` overrides tiny_config's sizes."""
@@ -98,7 +103,7 @@ def write_tiny_gguf(
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.norm_eps)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
+    w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
     w.add_token_merges(MERGES)
