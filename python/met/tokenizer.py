@@ -29,6 +29,7 @@ _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 _SPM_SPACE = "\u2581"
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
+
 def _byte_to_unicode() -> dict[int, str]:
     # GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the rest are
     # shifted to code points from 256 up so that every byte has a visible, unique character.
