@@ -54,14 +54,19 @@ def _state(request: Request) -> ServerState:
 async def list_models(request: Request) -> JSONResponse:
     state = _state(request)
     state.require_ready()
-    model = {
-        "id": state.served_model_name,
-        "object": "model",
-        "created": _CREATED,
-        "owned_by": "met",
-        "max_model_len": state.engine.max_model_len,
-    }
-    return JSONResponse({"object": "list", "data": [model]})
+    names = [n for n in state.served_model_names if n != "*"] or [state.served_model_name]
+    models = [
+        {
+            "id": name,
+            "object": "model",
+            "created": _CREATED,
+            "owned_by": "met",
+            "max_model_len": state.engine.max_model_len,
+            **state.chat_setup.describe(),
+        }
+        for name in names
+    ]
+    return JSONResponse({"object": "list", "data": models})
 
 
 async def tokenize(request: Request) -> JSONResponse:
@@ -72,7 +77,7 @@ async def tokenize(request: Request) -> JSONResponse:
     if (body.prompt is None) == (body.messages is None):
         raise invalid("Give exactly one of 'prompt' or 'messages'", param="prompt")
     if body.messages is not None:
-        tokens = encode_messages(engine, body.messages)
+        tokens = encode_messages(state, body.messages)
     else:
         tokens = engine.tokenizer.encode(body.prompt)
     return JSONResponse(

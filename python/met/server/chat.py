@@ -1,8 +1,7 @@
-"""POST /v1/chat/completions: the model's chat template, chat-format logprobs."""
+"""POST /v1/chat/completions: OpenAI's chat shapes onto met.chat's pipeline and back."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,14 +9,26 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from met.chat.pipeline import ChatRun, prepare, render
+from met.chat.render import template_messages
+from met.chat.types import (
+    ChatEvent,
+    ChatResult,
+    Finish,
+    Logprobs,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+)
+from met.engine.outputs import TokenLogprob
+from met.server.chat_request import chat_request, internal_message
 from met.server.errors import invalid
-from met.server.generation import Generation, fit_max_tokens, public_finish_reason
 from met.server.logprobs import TokenText, chat_logprobs
 from met.server.protocol import ChatCompletionBody, ChatMessage, parse_body, sampling_params
 from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
-
-log = logging.getLogger("met.server")
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -25,26 +36,24 @@ async def create_chat_completion(request: Request) -> Response:
     engine = state.require_ready()
     body = parse_body(await request.body(), ChatCompletionBody)
     model = state.check_model(body.model)
-    _reject_unsupported(body)
-    prompt_ids = encode_messages(engine, body.messages)
     top = _top_logprobs(body)
     requested = body.max_completion_tokens
     params = sampling_params(body, body.max_tokens if requested is None else requested, top)
-    params.max_tokens = fit_max_tokens(
-        len(prompt_ids), params.max_tokens, engine.max_model_len, "messages"
-    )
-    gen = Generation(state, f"chatcmpl-{uuid.uuid4().hex}", prompt_ids, params)
-    await gen.start(request)
-    envelope = Envelope(gen.request_id, "chat.completion", model, body.include_usage)
+    if body.tools:
+        # Until forced calls can be enforced by the grammar engine, tools stay refused.
+        raise invalid("tools: tool calling is not supported yet", param="tools")
+    prepared = prepare(state, chat_request(body, params))
+    run = await ChatRun.start(state, prepared, f"chatcmpl-{uuid.uuid4().hex}", request)
+    envelope = Envelope(run.gen.request_id, "chat.completion", model, body.include_usage)
     token_text = TokenText(engine.tokenizer)
     if body.stream:
         envelope.object = "chat.completion.chunk"
-        return sse_response(gen, _chunks(gen, envelope, token_text, top))
-    results = await gen.collect(request)
+        return sse_response(run.gen, _chunks(run, envelope, token_text, top))
+    results = await run.collect(request)
     choices = [
         {
             "index": index,
-            "message": {"role": "assistant", "content": "".join(result.text)},
+            "message": _message(result),
             "logprobs": chat_logprobs(token_text, result.logprobs, top)
             if top is not None
             else None,
@@ -52,35 +61,39 @@ async def create_chat_completion(request: Request) -> Response:
         }
         for index, result in enumerate(results)
     ]
-    return JSONResponse({**envelope.chunk(choices), "usage": gen.usage()})
+    return JSONResponse({**envelope.chunk(choices), "usage": usage_body(run.usage())})
 
 
-def encode_messages(engine: Any, messages: list[ChatMessage]) -> list[int]:
-    """Token ids of the chat template applied to `messages`, generation prompt included."""
+def encode_messages(state: ServerState, messages: list[ChatMessage]) -> list[int]:
+    """Token ids of the chat template applied to `messages` (for /tokenize)."""
     if not messages:
         raise invalid("messages: must not be empty", param="messages")
-    plain = []
-    for i, message in enumerate(messages):
-        content = message.content
-        if isinstance(content, list):
-            if any(part.type != "text" or part.text is None for part in content):
-                raise invalid(
-                    f"messages[{i}].content: only text parts are supported",
-                    f"messages[{i}].content",
-                )
-            content = "".join(part.text or "" for part in content)
-        role = "system" if message.role == "developer" else message.role
-        plain.append({"role": role, "content": content or ""})
-    try:
-        return engine.tokenizer.encode_chat(plain)
-    except ValueError as e:  # the template's own checks (role order, ...) judge the client's input
-        log.info("chat template rejected the messages: %s", e)
-        raise invalid(f"messages: the chat template rejected them: {e}", "messages") from None
+    internal = [internal_message(i, m) for i, m in enumerate(messages)]
+    generic = not state.chat_setup.template_tools
+    return render(state.engine, template_messages(internal, generic=generic), {})
 
 
-def _reject_unsupported(body: ChatCompletionBody) -> None:
-    if body.tools:
-        raise invalid("tools: tool calling is not supported", param="tools")
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def _message(result: ChatResult) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": result.content}
+    if result.reasoning is not None:
+        message["reasoning_content"] = result.reasoning
+    if result.tool_calls:
+        message["content"] = result.content or None
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in result.tool_calls
+        ]
+    return message
 
 
 def _top_logprobs(body: ChatCompletionBody) -> int | None:
@@ -95,23 +108,46 @@ def _top_logprobs(body: ChatCompletionBody) -> int | None:
 
 
 async def _chunks(
-    gen: Generation, envelope: Envelope, token_text: TokenText, top: int | None
+    run: ChatRun, envelope: Envelope, token_text: TokenText, top: int | None
 ) -> AsyncIterator[dict[str, Any]]:
-    for index in range(gen.n):
+    for index in range(run.gen.n):
         yield envelope.chunk([_choice(index, {"role": "assistant", "content": ""}, None, None)])
-    async for index, delta in gen.deltas():
-        reason = public_finish_reason(delta.finish_reason, gen.request_id)
-        if reason == "abort":
-            gen.raise_if_aborted()
-        if not (delta.text or delta.logprobs or delta.finished):
+    # Logprobs come with tokens, text only once the parser lets it out: they ride along with
+    # the choice's next chunk.
+    pending: list[list[TokenLogprob]] = [[] for _ in range(run.gen.n)]
+    async for index, event in run.events():
+        if isinstance(event, Logprobs):
+            pending[index].extend(event.entries)
             continue
+        delta, reason = _delta(event)
         logprobs = None
-        if top is not None and delta.logprobs:
-            logprobs = chat_logprobs(token_text, delta.logprobs, top)
-        content = {"content": delta.text} if delta.text else {}
-        yield envelope.chunk([_choice(index, content, logprobs, reason)])
+        if top is not None and pending[index]:
+            logprobs = chat_logprobs(token_text, pending[index], top)
+            pending[index] = []
+        yield envelope.chunk([_choice(index, delta, logprobs, reason)])
     if envelope.include_usage:
-        yield envelope.usage_chunk(gen.usage())
+        yield envelope.usage_chunk(usage_body(run.usage()))
+
+
+def _delta(event: ChatEvent) -> tuple[dict[str, Any], str | None]:
+    if isinstance(event, TextDelta):
+        return {"content": event.text}, None
+    if isinstance(event, ReasoningDelta):
+        return {"reasoning_content": event.text}, None
+    if isinstance(event, ToolCallStart):
+        call = {
+            "index": event.index,
+            "id": event.id,
+            "type": "function",
+            "function": {"name": event.name, "arguments": ""},
+        }
+        return {"tool_calls": [call]}, None
+    if isinstance(event, ToolCallDelta):
+        return {
+            "tool_calls": [{"index": event.index, "function": {"arguments": event.arguments}}]
+        }, None
+    assert isinstance(event, Finish)
+    return {}, event.reason
 
 
 def _choice(index: int, delta: dict, logprobs: dict | None, reason: str | None) -> dict[str, Any]:

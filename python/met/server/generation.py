@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -164,13 +164,18 @@ class Generation:
             self.finish_reasons[index] = delta.finish_reason
         return last_at
 
-    async def collect(self, request: Request) -> list[ChoiceResult]:
-        """Run to completion for a non-streaming response, aborting if the client leaves."""
+    async def collect(
+        self, request: Request, on_delta: Callable[[int, CompletionDelta], None] | None = None
+    ) -> list[ChoiceResult]:
+        """Run to completion for a non-streaming response, aborting if the client leaves;
+        `on_delta` sees every (choice index, delta) as it arrives."""
         results = [ChoiceResult() for _ in range(self.n)]
 
         async def consume() -> None:
             async for index, delta in self.deltas():
                 results[index].add(delta)
+                if on_delta is not None:
+                    on_delta(index, delta)
                 if delta.finished:
                     results[index].finish_reason = public_finish_reason(
                         delta.finish_reason, self.request_id

@@ -63,6 +63,13 @@ class Lifecycle:
             engine.max_model_len,
             ", ".join(f"{k}={v}" for k, v in engine.info.items()),
         )
+        setup = self.state.chat_setup
+        log.info(
+            "tool calls: %s format (%s); reasoning parser: %s",
+            setup.tool_format,
+            setup.tool_source,
+            setup.reasoning or "none",
+        )
         self._watch_engine()
 
     def _watch_engine(self) -> None:

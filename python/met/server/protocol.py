@@ -79,10 +79,26 @@ class ContentPart(_Body):
     text: str | None = None
 
 
+class FunctionCall(_Body):
+    name: str
+    arguments: str
+
+
+class MessageToolCall(_Body):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
+    # Earlier thinking sent back (vLLM's reasoning_content; some clients say reasoning).
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class ChatCompletionBody(_GenerationBody):
@@ -90,7 +106,13 @@ class ChatCompletionBody(_GenerationBody):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    # Tools are checked by met.server.chat_request, which reports every fault as param "tools".
     tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    max_thinking_tokens: int | None = None
 
 
 class TokenizeBody(_Body):

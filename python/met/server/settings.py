@@ -21,6 +21,17 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "float32")  # met.engine.kv_budget.KV_DTYPES
+TOOL_CALL_PARSERS = (  # met.chat.setup.TOOL_FORMATS, with auto and none
+    "auto",
+    "none",
+    "hermes",
+    "llama3_json",
+    "mistral",
+    "qwen3_coder",
+    "pythonic",
+    "generic",
+)
+REASONING_PARSERS = ("auto", "none", "qwen3", "deepseek_r1")  # met.chat.setup.REASONING_PARSERS
 WEIGHT_FORMATS = (
     "auto",
     "dequantized",
@@ -35,7 +46,7 @@ class SettingsError(ValueError):
 @dataclass
 class ServerSettings:
     engine: EngineConfig = field(default_factory=EngineConfig)
-    served_model_name: str | None = None
+    served_model_name: list[str] | None = None  # '*' among them: any name is accepted
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -46,6 +57,9 @@ class ServerSettings:
     max_request_bytes: int = 16 << 20
     shutdown_grace: float = 10.0
     config: str | None = None
+    tool_call_parser: str | None = None  # None/"auto": from the chat template
+    reasoning_parser: str | None = None  # None/"auto": from the chat template
+    max_thinking_tokens: int | None = None  # default thinking budget of a request
 
 
 @dataclass(frozen=True)
@@ -60,7 +74,12 @@ class _Option:
 
 _OPTIONS = (
     _Option("model", str, "GGUF file or Hugging Face folder (default: the default model)", True),
-    _Option("served_model_name", str, "model name clients use (default: the model's name)"),
+    _Option(
+        "served_model_name",
+        list,
+        "model names clients use, one or more ('*': any name, echoed back; default: the "
+        "model's name)",
+    ),
     _Option("host", str, "address to listen on"),
     _Option("port", int, "port to listen on", minimum=0),
     _Option("api_key", str, "require 'Authorization: Bearer <key>' (not on /health)"),
@@ -102,6 +121,24 @@ _OPTIONS = (
         True,
         choices=KV_CACHE_DTYPES,
     ),
+    _Option(
+        "tool_call_parser",
+        str,
+        "tool-call format (auto: from the chat template; generic for templates without tools)",
+        choices=TOOL_CALL_PARSERS,
+    ),
+    _Option(
+        "reasoning_parser",
+        str,
+        "split <think> reasoning off the answer (auto: when the template thinks)",
+        choices=REASONING_PARSERS,
+    ),
+    _Option(
+        "max_thinking_tokens",
+        int,
+        "thinking budget per request; then the end of thinking is forced (default: none)",
+        minimum=0,
+    ),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
     _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),
     _Option("request_timeout", float, "seconds a request may run (default: no limit)", minimum=0),
@@ -118,6 +155,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + opt.name.replace("_", "-")
         if opt.kind is bool:
             parser.add_argument(flag, action="store_const", const=True, default=None, help=opt.help)
+        elif opt.kind is list:
+            parser.add_argument(flag, nargs="+", default=None, metavar="NAME", help=opt.help)
         else:
             parser.add_argument(
                 flag, type=opt.kind, choices=opt.choices, default=None, help=opt.help
@@ -167,6 +206,8 @@ def _parse_text(opt: _Option, raw: str, source: str) -> Any:
         if lowered in ("0", "false", "no", "off"):
             return False
         raise SettingsError(f"{source}: expected a boolean, got {raw!r}")
+    if opt.kind is list:
+        return [name for name in raw.replace(",", " ").split() if name]
     try:
         return opt.kind(raw)
     except ValueError:
@@ -194,6 +235,10 @@ def _coerce_file_value(opt: _Option, value: Any, source: str) -> Any:
     # TOML has real types; only an int where a float is wanted is a safe widening.
     if opt.kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if opt.kind is list and isinstance(value, str):
+        return [value]
+    if opt.kind is list and not all(isinstance(v, str) for v in value or [None]):
+        raise SettingsError(f"{source}: expected a name or a list of names, got {value!r}")
     if isinstance(value, bool) != (opt.kind is bool) or not isinstance(value, opt.kind):
         raise SettingsError(f"{source}: expected {opt.kind.__name__}, got {value!r}")
     return value

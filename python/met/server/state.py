@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+from met.chat.setup import ChatSetup, resolve_setup
 from met.server.errors import APIError
 from met.server.metrics import ServerMetrics, hit_rate
 from met.server.settings import ServerSettings
@@ -49,14 +50,32 @@ class ServerState:
         self.load_error: str | None = None
         self.engine_dead = False
         self.generations: set[Any] = set()  # the in-flight Generation objects
+        self._chat_setup: ChatSetup | None = None
 
     @property
     def ready(self) -> bool:
         return bool(self.engine.ready) and self.load_error is None and not self.engine_dead
 
     @property
+    def served_model_names(self) -> list[str]:
+        return list(self.settings.served_model_name or [self.engine.model_name])
+
+    @property
     def served_model_name(self) -> str:
-        return self.settings.served_model_name or self.engine.model_name
+        """The name answers carry by default: the first served name that is not '*'."""
+        names = [n for n in self.served_model_names if n != "*"]
+        return names[0] if names else self.engine.model_name
+
+    @property
+    def chat_setup(self) -> ChatSetup:
+        """The tool-call format and reasoning parser of the loaded model (decided once)."""
+        if self._chat_setup is None:
+            self._chat_setup = resolve_setup(
+                self.engine.tokenizer.chat_template,
+                self.settings.tool_call_parser,
+                self.settings.reasoning_parser,
+            )
+        return self._chat_setup
 
     def require_ready(self) -> Any:
         """The engine, or a 503 while the model loads or the server drains."""
@@ -86,13 +105,15 @@ class ServerState:
 
     def check_model(self, requested: str | None) -> str:
         """The name to answer with; a name this server does not serve is a 404."""
-        names = {self.served_model_name, self.engine.model_name}
-        if requested is None or requested in names:
+        names = set(self.served_model_names)
+        if requested is None or requested == self.engine.model_name:
             return self.served_model_name
+        if requested in names or "*" in names:
+            return requested
         raise APIError(
             404,
             f"The model '{requested}' does not exist; this server serves "
-            f"'{self.served_model_name}'",
+            + ", ".join(f"'{n}'" for n in self.served_model_names),
             param="model",
             code="model_not_found",
         )
@@ -106,7 +127,9 @@ class ServerState:
         requests = self.metrics.requests
         errors = sum(v for (code, _), v in requests.values.items() if int(code) >= 400)
         return {
-            "model": self.served_model_name if ready else self.settings.served_model_name,
+            "model": self.served_model_name
+            if ready
+            else (self.settings.served_model_name or [None])[0],
             "ready": ready,
             "draining": self.draining,
             "loading": None if ready else self.progress.view(),

@@ -1,0 +1,191 @@
+"""prepare(): one chat request, validated once, rendered by the model's template, constrained
+where it must be; ChatRun: its n choices as typed events (streamed) or ChatResults (whole)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from met.chat.parsers import TOOL_PARSERS, ChoiceParser
+from met.chat.parsers.base import NoTools
+from met.chat.parsers.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
+from met.chat.render import generic_system_text, template_messages, tool_dicts, with_system_text
+from met.chat.setup import ChatSetup
+from met.chat.types import ChatEvent, ChatRequest, ChatResult, Finish, Logprobs, ToolSpec, Usage
+from met.engine.outputs import CompletionDelta
+from met.sampling import SamplingParams
+from met.server.errors import invalid
+from met.server.generation import Generation, fit_max_tokens, public_finish_reason
+from met.server.state import ServerState
+
+log = logging.getLogger("met.chat")
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+@dataclass
+class PreparedChat:
+    request: ChatRequest
+    prompt_ids: list[int]
+    params: SamplingParams
+    setup: ChatSetup
+    tool_format: str  # the parser this request's output goes through ("none": plain text)
+    starts_thinking: bool  # the prompt ends inside an open think block
+    max_calls: int | None
+
+    def parser(self) -> ChoiceParser:
+        tools = TOOL_PARSERS.get(self.tool_format, NoTools)(self.request.tools, self.max_calls)
+        reasoning = None
+        if self.setup.reasoning is not None:
+            reasoning = ReasoningSplitter(inside=self.starts_thinking)
+        return ChoiceParser(tools, reasoning)
+
+
+def prepare(state: ServerState, request: ChatRequest) -> PreparedChat:
+    """Validate, render and constrain; raises APIError (400) naming the offending field."""
+    engine = state.engine
+    if not request.messages:
+        raise invalid("messages: must not be empty", param="messages")
+    _check_tools(request)
+    setup = state.chat_setup
+    calls_on = bool(request.tools) and request.tool_choice != "none"
+    tool_format = setup.tool_format if calls_on else "none"
+    generic = setup.tool_format == "generic" or not setup.template_tools
+    messages = template_messages(request.messages, generic=generic)
+    kwargs = dict(request.template_kwargs)
+    if calls_on and not generic:
+        kwargs["tools"] = tool_dicts(request.tools)
+    elif calls_on:
+        messages = with_system_text(messages, generic_system_text(request.tools))
+    if request.enable_thinking is not None:
+        kwargs["enable_thinking"] = request.enable_thinking
+    if request.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = request.reasoning_effort
+    prompt_ids = render(engine, messages, kwargs)
+    params = copy.deepcopy(request.params)
+    params.max_tokens = fit_max_tokens(
+        len(prompt_ids), params.max_tokens, engine.max_model_len, "messages"
+    )
+    tail = engine.tokenizer.decode(prompt_ids[-8:], skip_special=False)
+    starts_thinking = setup.reasoning is not None and _opens_thinking(tail)
+    max_calls = None if request.parallel_tool_calls else 1
+    return PreparedChat(request, prompt_ids, params, setup, tool_format, starts_thinking, max_calls)
+
+
+def render(engine: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:
+    """Token ids of the chat template applied to template dicts, generation prompt included."""
+    try:
+        return engine.tokenizer.encode_chat(messages, **kwargs)
+    except ValueError as e:  # the template's own checks (role order, ...) judge the client's input
+        log.info("chat template rejected the messages: %s", e)
+        raise invalid(f"messages: the chat template rejected them: {e}", "messages") from None
+
+
+def _opens_thinking(tail: str) -> bool:
+    at = tail.rfind(THINK_OPEN)
+    return at >= 0 and THINK_CLOSE not in tail[at:]
+
+
+def _check_tools(request: ChatRequest) -> None:
+    names: set[str] = set()
+    for i, tool in enumerate(request.tools):
+        if not _TOOL_NAME.match(tool.name):
+            raise invalid(
+                f"tools[{i}].function.name: {tool.name!r} must be 1-64 letters, digits, "
+                "'_', '-', '.' or ':'",
+                param="tools",
+            )
+        if tool.name in names:
+            raise invalid(f"tools[{i}].function.name: {tool.name!r} is defined twice", "tools")
+        names.add(tool.name)
+        if not isinstance(tool.parameters, dict):
+            raise invalid(f"tools[{i}].function.parameters: must be a JSON Schema object", "tools")
+    choice = request.tool_choice
+    if isinstance(choice, dict):
+        if choice.get("name") not in names:
+            raise invalid(
+                f"tool_choice: no tool named {choice.get('name')!r} among the tools given",
+                param="tool_choice",
+            )
+    elif choice not in ("none", "auto", "required"):
+        raise invalid(
+            f"tool_choice: {choice!r} is not one of 'none', 'auto', 'required' or a named function",
+            param="tool_choice",
+        )
+    elif choice == "required" and not request.tools:
+        raise invalid("tool_choice: 'required' needs at least one tool", param="tool_choice")
+
+
+def named_tool(request: ChatRequest) -> ToolSpec | None:
+    if isinstance(request.tool_choice, dict):
+        return next(t for t in request.tools if t.name == request.tool_choice["name"])
+    return None
+
+
+class ChatRun:
+    """A prepared chat running as one Generation: typed events per choice, and the usage."""
+
+    def __init__(self, prepared: PreparedChat, gen: Generation) -> None:
+        self.prepared = prepared
+        self.gen = gen
+        self.parsers = [prepared.parser() for _ in range(gen.n)]
+        self.reasoning_tokens = [0] * gen.n
+
+    @classmethod
+    async def start(
+        cls, state: ServerState, prepared: PreparedChat, request_id: str, http: Request
+    ) -> ChatRun:
+        gen = Generation(state, request_id, prepared.prompt_ids, prepared.params)
+        await gen.start(http)
+        return cls(prepared, gen)
+
+    def on_delta(self, index: int, delta: CompletionDelta) -> list[ChatEvent]:
+        """The events one engine delta of choice `index` makes."""
+        parser = self.parsers[index]
+        if parser.thinking:
+            self.reasoning_tokens[index] += len(delta.token_ids)
+        events: list[ChatEvent] = []
+        if delta.logprobs:
+            events.append(Logprobs(delta.logprobs))
+        events += parser.feed(delta.text)
+        if delta.finished:
+            events += parser.finish()
+            reason = public_finish_reason(delta.finish_reason, self.gen.request_id) or "stop"
+            if reason == "stop" and parser.tools.calls:
+                reason = "tool_calls"
+            events.append(Finish(reason))
+        return events
+
+    async def events(self) -> AsyncIterator[tuple[int, ChatEvent]]:
+        """(choice index, event) in arrival order; each choice ends with one Finish."""
+        async for index, delta in self.gen.deltas():
+            if delta.finish_reason == "abort":
+                self.gen.raise_if_aborted()
+            for event in self.on_delta(index, delta):
+                yield index, event
+
+    async def collect(self, http: Request) -> list[ChatResult]:
+        """Run to completion (aborted if the client leaves); each choice's events accumulated."""
+        results = [ChatResult() for _ in range(self.gen.n)]
+
+        def add(index: int, delta: CompletionDelta) -> None:
+            for event in self.on_delta(index, delta):
+                results[index].add(event)
+
+        await self.gen.collect(http, on_delta=add)
+        return results
+
+    def usage(self) -> Usage:
+        gen = self.gen
+        return Usage(
+            len(gen.prompt_ids),
+            sum(gen.completion_tokens),
+            gen.cached_tokens,
+            sum(self.reasoning_tokens),
+        )
