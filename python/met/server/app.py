@@ -12,9 +12,12 @@ import met
 from met.server.chat import create_chat_completion, encode_messages
 from met.server.completions import create_completion
 from met.server.errors import APIError, install_error_handlers, invalid
+from met.server.messages.routes import count_tokens, create_message
 from met.server.metrics import CONTENT_TYPE
 from met.server.middleware import AccessMiddleware
 from met.server.protocol import DetokenizeBody, TokenizeBody, parse_body
+from met.server.responses.routes import create_response, delete_response, get_response
+from met.server.responses.store import ResponseStore
 from met.server.settings import ServerSettings
 from met.server.state import ServerState
 
@@ -28,12 +31,20 @@ def create_app(engine: Any, settings: ServerSettings, state: ServerState | None 
         title="met", version=met.__version__, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.met = state
+    app.state.responses = ResponseStore()
     install_error_handlers(app)
     api_routes = {
         "/models": (list_models, ["GET"]),
         "/completions": (create_completion, ["POST"]),
         "/chat/completions": (create_chat_completion, ["POST"]),
+        "/messages": (create_message, ["POST"]),
+        "/messages/count_tokens": (count_tokens, ["POST"]),
+        "/responses": (create_response, ["POST"]),
+        "/responses/{response_id}": (get_response, ["GET"]),
     }
+    # One path, two handlers: added beside the table, which keys routes by path.
+    for prefix in ("/v1", ""):
+        app.add_api_route(prefix + "/responses/{response_id}", delete_response, methods=["DELETE"])
     for path, (handler, methods) in api_routes.items():
         for prefix in ("/v1", ""):
             app.add_api_route(prefix + path, handler, methods=methods)

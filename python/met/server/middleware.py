@@ -8,9 +8,11 @@ import time
 import uuid
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from met.server.errors import APIError
+from met.server.messages.routes import anthropic_error
 from met.server.state import ServerState
 
 log = logging.getLogger("met.server")
@@ -43,7 +45,7 @@ class AccessMiddleware:
 
         refusal = self._refusal(scope)
         if refusal is not None:
-            await refusal.response()(scope, receive, send_and_note)
+            await _error_response(scope, refusal)(scope, receive, send_and_note)
             self._account(scope, refusal.status, started)
             return
         try:
@@ -71,10 +73,14 @@ class AccessMiddleware:
     def _authorized(self, scope: Scope) -> bool:
         if self._key is None or scope["path"] in _OPEN_PATHS:
             return True
+        # Anthropic's clients send the key as x-api-key; OpenAI's as a bearer token.
         for name, value in scope["headers"]:
+            if name == b"x-api-key" and hmac.compare_digest(value.strip(), self._key):
+                return True
             if name == b"authorization":
                 scheme, _, token = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
+                if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key):
+                    return True
         return False
 
     def _account(self, scope: Scope, code: int, started: float) -> None:
@@ -87,6 +93,13 @@ class AccessMiddleware:
         finish = generation.outcome if generation is not None else ""
         self.state.metrics.requests.inc(1, str(code), finish or "")
         log.info("%s", _log_line(scope, code, duration_ms, generation))
+
+
+def _error_response(scope: Scope, error: APIError) -> Response:
+    """The refusal in the shape of the API the path belongs to."""
+    if scope["path"].removeprefix("/v1").startswith("/messages"):
+        return anthropic_error(error, f"req_{uuid.uuid4().hex[:24]}")
+    return error.response()
 
 
 def _too_large(limit: int) -> APIError:

@@ -1,0 +1,1 @@
+"""Anthropic Messages API: request models, conversion onto the chat pipeline, rendering."""

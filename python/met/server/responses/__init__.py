@@ -1,0 +1,1 @@
+"""OpenAI Responses API: request models, conversion onto the chat pipeline, rendering, store."""
