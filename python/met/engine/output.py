@@ -27,6 +27,7 @@ class RequestOutputState:
         self.cached_tokens = 0
         self.finished = False
         self.stop_hit = False
+        self.stop_sequence: str | None = None
         self._max_stop = max((len(s) for s in params.stop), default=0)
 
     def on_token(self, token_id: int, logprob: TokenLogprob | None) -> CompletionDelta:
@@ -53,9 +54,10 @@ class RequestOutputState:
         for stop in self.params.stop:
             at = self.text.find(stop, search_from)
             if at >= 0 and (best is None or at < best[0]):
-                best = (at, at + len(stop))
+                best = (at, at + len(stop), stop)
         if best is None:
             return None
+        self.stop_sequence = best[2]
         return best[1] if self.params.include_stop_str_in_output else best[0]
 
     def _held_back(self) -> int:
@@ -84,4 +86,5 @@ class RequestOutputState:
             prompt_tokens=self.prompt_len,
             completion_tokens=self.completion_tokens,
             cached_tokens=self.cached_tokens,
+            stop_sequence=self.stop_sequence if finished else None,
         )

@@ -29,6 +29,7 @@ class CompletionDelta:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    stop_sequence: str | None = None  # the stop string that ended the request, if one did
 
 
 @dataclass
