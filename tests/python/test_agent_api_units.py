@@ -3,12 +3,14 @@ onto each API's frames, the Responses store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from met.chat.types import Finish, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart, Usage
 from met.server.errors import APIError
+from met.server.event_stream import with_heartbeat
 from met.server.messages import convert as messages_convert
 from met.server.messages.protocol import MessagesBody
 from met.server.messages.render import MessageRenderer, error_status_and_body
@@ -375,3 +377,17 @@ def test_store_bounds_by_count_and_age_lru_first() -> None:
     assert store.get("a") is None and len(store) == 0
     store.put({"id": "d"}, [])
     assert store.delete("d") and not store.delete("d")
+
+
+def test_heartbeat_while_nothing_comes() -> None:
+    async def slow():
+        await asyncio.sleep(0.35)
+        yield "first"
+        yield "second"
+
+    async def run() -> list:
+        return [event async for event in with_heartbeat(slow(), 0.1)]
+
+    seen = asyncio.run(run())
+    assert seen[-2:] == ["first", "second"] and 2 <= seen.count(None) <= 4
+    assert set(seen[:-2]) == {None}
