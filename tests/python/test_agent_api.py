@@ -78,6 +78,17 @@ def test_messages_create_and_stream_agree(claude: anthropic.Anthropic) -> None:
     assert count.input_tokens == prompt
 
 
+def test_messages_stop_sequence_is_named(claude: anthropic.Anthropic) -> None:
+    kwargs = dict(
+        model="m", max_tokens=12, extra_body=GREEDY, messages=[{"role": "user", "content": ASK}]
+    )
+    text = claude.messages.create(**kwargs).content[0].text
+    word = text.split()[1]
+    stopped = claude.messages.create(**kwargs, stop_sequences=[word])
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", word)
+    assert stopped.content[0].text == text[: text.index(word)]
+
+
 def test_messages_stream_order_on_the_wire(server: ServerProcess) -> None:
     body = {
         "model": "m",

@@ -159,7 +159,7 @@ class ChatRun:
             reason = public_finish_reason(delta.finish_reason, self.gen.request_id) or "stop"
             if reason == "stop" and parser.tools.calls:
                 reason = "tool_calls"
-            events.append(Finish(reason))
+            events.append(Finish(reason, delta.stop_sequence))
         return events
 
     async def events(self) -> AsyncIterator[tuple[int, ChatEvent]]:
