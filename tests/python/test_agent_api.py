@@ -339,3 +339,37 @@ def test_disconnect_mid_stream_frees_the_sequence(
                 break
             assert time.monotonic() < deadline, f"still busy after the client left: {stats}"
             time.sleep(0.1)
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def test_tool_history_round_trips(claude: anthropic.Anthropic, oai) -> None:
+    ask = {"role": "user", "content": "Weather in Oslo?"}
+    call = {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Oslo"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny, 20 C"}
+    history = [ask, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    tools = [{"name": "get_weather", "input_schema": WEATHER}]
+    message = claude.messages.create(
+        model="m", max_tokens=8, extra_body=GREEDY, tools=tools, messages=history
+    )
+    assert message.content and message.usage.output_tokens > 0
+    shorter = claude.messages.count_tokens(model="m", tools=tools, messages=[ask])
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens > shorter.input_tokens
+    response = oai.responses.create(
+        model="m",
+        max_output_tokens=8,
+        temperature=0,
+        tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+        input=[
+            ask,
+            {
+                "type": "function_call",
+                "call_id": "call_01",
+                "name": "get_weather",
+                "arguments": '{"city": "Oslo"}',
+            },
+            {"type": "function_call_output", "call_id": "call_01", "output": "Sunny, 20 C"},
+        ],
+    )
+    assert response.output and response.usage.output_tokens > 0

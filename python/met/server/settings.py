@@ -82,7 +82,9 @@ _OPTIONS = (
     ),
     _Option("host", str, "address to listen on"),
     _Option("port", int, "port to listen on", minimum=0),
-    _Option("api_key", str, "require 'Authorization: Bearer <key>' (not on /health)"),
+    _Option(
+        "api_key", str, "require 'Authorization: Bearer <key>' or 'x-api-key: <key>' (not /health)"
+    ),
     _Option(
         "max_num_seqs",
         int,
