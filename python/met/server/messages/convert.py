@@ -8,7 +8,7 @@ import re
 
 from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec
 from met.sampling import SamplingParams
-from met.server.errors import invalid
+from met.server.errors import APIError, invalid
 from met.server.messages.protocol import Block, Message, MessagesBody, Tool, ToolChoice, _Common
 
 log = logging.getLogger("met.server")
@@ -148,7 +148,7 @@ def _result_text(content: str | list[Block] | None, where: str) -> str:
     return "\n".join(parts)
 
 
-def _unsupported_block(block: Block, where: str):
+def _unsupported_block(block: Block, where: str) -> APIError:
     if block.type in ("image", "document"):
         return invalid(
             f"{where}: this model has no vision; '{block.type}' blocks are not supported", where
@@ -179,5 +179,5 @@ def _tool_choice(choice: ToolChoice | None) -> tuple[str | dict, bool]:
     return {"auto": "auto", "any": "required", "none": "none"}[choice.type], parallel
 
 
-def _or(value, default):
+def _or(value: float | int | None, default: float | int) -> float | int:
     return default if value is None else value

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from met.chat.types import Finish, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart, Usage
 from met.server.errors import APIError
+
+log = logging.getLogger("met.server")
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -162,5 +165,8 @@ def _parse_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments) if arguments else {}
     except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        log.warning("tool call arguments are not a JSON object; sent as input {}: %r", arguments)
         return {}
-    return value if isinstance(value, dict) else {}
+    return value

@@ -45,7 +45,7 @@ def to_chat_request(body: ResponsesBody, previous: list[ChatMessage]) -> Convert
     if not any(m.role != "system" for m in history):
         raise invalid("input: at least one input item is required", "input")
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
-    choice = tool_choice(body.tool_choice, names)
+    choice = tool_choice(body.tool_choice)
     request = ChatRequest(
         messages=system + history,
         params=sampling_params(body),
@@ -191,7 +191,7 @@ def _custom_parameters(tool: Tool) -> dict:
     }
 
 
-def tool_choice(choice: str | dict | None, names: dict[str, ToolName]) -> str | dict:
+def tool_choice(choice: str | dict | None) -> str | dict:
     if choice is None:
         return "auto"
     if isinstance(choice, str):
