@@ -373,3 +373,28 @@ def test_tool_history_round_trips(claude: anthropic.Anthropic, oai) -> None:
         ],
     )
     assert response.output and response.usage.output_tokens > 0
+
+
+COLOUR = {
+    "type": "object",
+    "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
+    "required": ["colour"],
+    "additionalProperties": False,
+}
+
+
+def test_structured_output_through_both_apis(claude: anthropic.Anthropic, oai) -> None:
+    fmt = {"type": "json_schema", "name": "colour", "schema": COLOUR, "strict": True}
+    response = oai.responses.create(
+        model="m", input=ASK, max_output_tokens=24, temperature=0, text={"format": fmt}
+    )
+    assert json.loads(response.output_text)["colour"] in ("red", "green", "blue")
+    assert response.text.format.type == "json_schema"
+    message = claude.messages.create(
+        model="m",
+        max_tokens=24,
+        messages=[{"role": "user", "content": ASK}],
+        output_config={"format": {"type": "json_schema", "schema": COLOUR}},
+        extra_body=GREEDY,
+    )
+    assert json.loads(message.content[0].text)["colour"] in ("red", "green", "blue")
