@@ -280,8 +280,20 @@ def test_tokenize_detokenize(server: ServerProcess) -> None:
 
 def test_metrics_and_status(server: ServerProcess) -> None:
     with server.http() as http:
-        text = http.get("/metrics").text
+        response = http.get("/metrics")
+        text = response.text
+        openmetrics = http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
         status = http.get("/status").json()
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.endswith("# EOF\n") and "met_requests_total{" in openmetrics.text
+    # Earlier tests in this module ran both APIs, so both label values are there.
+    assert 'met_generation_tokens_total{api="chat"}' in text
+    assert 'met_generation_tokens_total{api="completions"}' in text
+    assert 'met_requests_total{api="chat",code="200",finish=' in text
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"):
+        assert name in text
+    assert "python_info{" in text and "python_gc_objects_collected_total" in text
     for name in (
         "met_requests_total{",
         "met_time_to_first_token_seconds_bucket",

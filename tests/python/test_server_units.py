@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from met.engine.outputs import EngineStats
 from met.server.errors import APIError, from_value_error, location_to_param
 from met.server.generation import fit_max_tokens
-from met.server.metrics import Counter, Histogram, ServerMetrics
+from met.server.metrics import ServerMetrics, api_label
 from met.server.protocol import ChatCompletionBody, CompletionBody, parse_body, sampling_params
 from met.server.settings import SettingsError, load_settings
 from met.server.streaming import SSE_DONE, Envelope, sse
@@ -83,37 +84,73 @@ def test_sse_framing_keeps_unicode() -> None:
     }
 
 
-def test_histogram_exposition_is_cumulative() -> None:
-    h = Histogram("met_x_seconds", "help", (0.1, 1.0))
-    for value in (0.05, 0.1, 0.5, 3.0):
-        h.observe(value)
-    lines = h.render()
-    assert 'met_x_seconds_bucket{le="0.1"} 2' in lines
-    assert 'met_x_seconds_bucket{le="1.0"} 3' in lines
-    assert 'met_x_seconds_bucket{le="+Inf"} 4' in lines
-    assert "met_x_seconds_count 4" in lines and "met_x_seconds_sum 3.65" in lines
+def _samples(metrics: ServerMetrics) -> dict[tuple[str, tuple], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
 
 
-def test_counter_labels_are_escaped() -> None:
-    c = Counter("met_c_total", "help", ("code",))
-    c.inc(2, 'a"b\\')
-    assert c.render()[-1] == 'met_c_total{code="a\\"b\\\\"} 2'
-
-
-def test_metrics_render_names() -> None:
-    text = ServerMetrics().render(None, ready=False)
+def test_metrics_names_and_standard_collectors() -> None:
+    text, content_type = ServerMetrics().render(None)
+    assert content_type.startswith("text/plain; version=0.0.4")
+    text = text.decode()
     for name in (
-        "met_requests_total",
-        "met_time_to_first_token_seconds_bucket",
-        "met_inter_token_latency_seconds_count",
-        "met_e2e_request_latency_seconds_sum",
-        "met_num_requests_running 0",
-        "met_kv_blocks_used 0",
+        "# TYPE met_requests_total counter",
+        "# TYPE met_time_to_first_token_seconds histogram",
+        "# TYPE met_inter_token_latency_seconds histogram",
+        "# TYPE met_e2e_request_latency_seconds histogram",
+        "met_ready 0.0",
+        "met_num_requests_running 0.0",
+        "met_kv_blocks_used 0.0",
         "met_prefix_cache_hit_rate 0.0",
-        "met_prompt_tokens_total 0",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "python_info{",
     ):
         assert name in text
     assert text.endswith("\n")
+
+
+def test_metrics_openmetrics_when_asked() -> None:
+    body, content_type = ServerMetrics().render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.decode().endswith("# EOF\n")
+
+
+def test_metrics_by_api_and_one_registry_per_app() -> None:
+    first, second = ServerMetrics(), ServerMetrics()
+    first.ttft.labels(api_label("/v1/chat/completions")).observe(0.05)
+    first.requests.labels("completions", "200", "stop").inc()
+    first.requests.labels("chat", "400", "").inc(2)
+    first.generation_tokens.labels("chat").inc(7)
+    samples = _samples(first)
+    assert samples[("met_time_to_first_token_seconds_count", (("api", "chat"),))] == 1
+    assert (
+        samples[("met_time_to_first_token_seconds_bucket", (("api", "chat"), ("le", "0.05")))] == 1
+    )
+    assert (first.requests_total(), first.errors_total(), first.generation_tokens_total()) == (
+        3,
+        2,
+        7,
+    )
+    assert (second.requests_total(), second.generation_tokens_total()) == (0, 0)
+
+
+def test_metrics_engine_gauges_read_at_scrape_time() -> None:
+    stats = EngineStats(num_running=2, kv_blocks_used=3, kv_blocks_total=12)
+    samples = _samples(ServerMetrics(lambda: (stats, True)))
+    assert samples[("met_ready", ())] == 1 and samples[("met_num_requests_running", ())] == 2
+    assert samples[("met_kv_cache_usage_ratio", ())] == 0.25
+
+
+def test_api_labels() -> None:
+    assert api_label("/v1/chat/completions") == api_label("/chat/completions") == "chat"
+    assert api_label("/v1/completions") == "completions"
+    assert api_label("/v1/messages") == "messages" and api_label("/v1/responses") == "responses"
+    assert api_label("/v1/requests/cmpl-1/cancel") == "requests"
+    assert api_label("/no/such/route") == "other"
 
 
 def test_error_params() -> None:
@@ -145,6 +182,11 @@ def test_max_tokens_clamped_to_context() -> None:
         (b'{"prompt": "x", "logit_bias": {"abc": 1}}', "logit_bias"),
         (b'{"prompt": "x", "stop": ""}', "stop"),
         (b'{"prompt": "x", "top_p": 0}', "top_p"),
+        (b'{"prompt": "x", "max_tokens": 9223372036854775808}', "max_tokens"),
+        (b'{"prompt": "x", "top_k": -9223372036854775809}', "top_k"),
+        (b'{"prompt": [1, 18446744073709551616]}', "prompt"),
+        (b'{"prompt": "x", "stream_options": {"include_usage": true}}', "stream_options"),
+        (b'{"prompt": "x", "stream": false, "stream_options": {}}', "stream_options"),
     ],
 )
 def test_completion_body_rejections(raw: bytes, param: str) -> None:
@@ -152,6 +194,19 @@ def test_completion_body_rejections(raw: bytes, param: str) -> None:
         body = parse_body(raw, CompletionBody)
         sampling_params(body, body.max_tokens, body.logprobs)
     assert info.value.status == 400 and info.value.param == param
+
+
+def test_int64_bounds_are_inclusive() -> None:
+    body = parse_body(
+        b'{"prompt": "x", "max_tokens": 9223372036854775807, "seed": -9223372036854775808}',
+        CompletionBody,
+    )
+    assert sampling_params(body, body.max_tokens, None).max_tokens == 2**63 - 1
+    body = parse_body(
+        b'{"prompt": "x", "stream": true, "stream_options": {"include_usage": true}}',
+        CompletionBody,
+    )
+    assert body.include_usage
 
 
 def test_chat_body_accepts_content_parts() -> None:

@@ -6,14 +6,13 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 import met
 from met.server.chat import create_chat_completion, encode_messages
 from met.server.completions import create_completion
 from met.server.errors import APIError, install_error_handlers, invalid
 from met.server.messages.routes import count_tokens, create_message
-from met.server.metrics import CONTENT_TYPE
 from met.server.middleware import AccessMiddleware
 from met.server.protocol import DetokenizeBody, TokenizeBody, parse_body
 from met.server.responses.routes import create_response, delete_response, get_response
@@ -119,10 +118,9 @@ async def version(_request: Request) -> JSONResponse:
     return JSONResponse({"version": met.__version__})
 
 
-async def metrics(request: Request) -> PlainTextResponse:
-    state = _state(request)
-    stats = state.engine.stats() if state.ready else None
-    return PlainTextResponse(state.metrics.render(stats, state.ready), media_type=CONTENT_TYPE)
+async def metrics(request: Request) -> Response:
+    body, content_type = _state(request).metrics.render(request.headers.get("accept"))
+    return Response(body, media_type=content_type)
 
 
 async def status(request: Request) -> JSONResponse:

@@ -14,6 +14,7 @@ from fastapi import Request
 from met.engine.outputs import CompletionDelta, EngineDeadError, QueueFullError, TokenLogprob
 from met.sampling import SamplingParams
 from met.server.errors import APIError, ClientDisconnectedError, from_value_error
+from met.server.metrics import api_label
 from met.server.state import ServerState
 from met.server.tracking import RequestRecord
 
@@ -78,6 +79,7 @@ class Generation:
         self.cached_tokens = 0
         self.finish_reasons: list[str | None] = [None] * self.n
         self.closed = False
+        self.api = "other"  # the metrics label, from the route start() is called on
         self.outcome: str | None = None
         self._interrupted = asyncio.Event()
 
@@ -93,6 +95,7 @@ class Generation:
         engine = self.state.engine
         timeout_s = self.state.settings.request_timeout
         request.state.generation = self
+        self.api = api_label(request.url.path)
         try:
             for i in range(self.n):
                 rid = f"{self.request_id}-{i}"
@@ -113,7 +116,7 @@ class Generation:
             raise self.state.engine_died(e) from None
         self.state.tracker.start(self.record)
         self.state.generations.add(self)
-        self.state.metrics.prompt_tokens.inc(len(self.prompt_ids))
+        self.state.metrics.prompt_tokens.labels(self.api).inc(len(self.prompt_ids))
 
     async def deltas(self) -> AsyncIterator[tuple[int, CompletionDelta]]:
         """(choice index, delta) in arrival order across the n streams, until all finish."""
@@ -151,12 +154,13 @@ class Generation:
             if record.first_token_at is None:
                 record.first_token_at = now
                 record.state = "running"
-                metrics.ttft.observe(now - record.arrived)
+                metrics.ttft.labels(self.api).observe(now - record.arrived)
             elif last_at != record.arrived:
+                itl = metrics.itl.labels(self.api)
                 for _ in range(tokens):
-                    metrics.itl.observe((now - last_at) / tokens)
+                    itl.observe((now - last_at) / tokens)
             record.generated_tokens += tokens
-            metrics.generation_tokens.inc(tokens)
+            metrics.generation_tokens.labels(self.api).inc(tokens)
             last_at = now
         self.completion_tokens[index] = delta.completion_tokens
         if delta.finished:
@@ -232,5 +236,5 @@ class Generation:
         for stream in self.streams:
             stream.abort()
         if self.record.first_token_at is not None and outcome not in ("disconnected", "error"):
-            self.state.metrics.e2e.observe(time.monotonic() - self.record.arrived)
+            self.state.metrics.e2e.labels(self.api).observe(time.monotonic() - self.record.arrived)
         self.state.tracker.finish(self.record, outcome)

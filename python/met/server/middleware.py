@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from met.server.errors import APIError
 from met.server.messages.routes import anthropic_error
+from met.server.metrics import api_label
 from met.server.state import ServerState
 
 log = logging.getLogger("met.server")
@@ -91,7 +92,7 @@ class AccessMiddleware:
             log.debug("%s %s %d %.1fms", scope["method"], path, code, duration_ms)
             return
         finish = generation.outcome if generation is not None else ""
-        self.state.metrics.requests.inc(1, str(code), finish or "")
+        self.state.metrics.requests.labels(api_label(path), str(code), finish or "").inc()
         log.info("%s", _log_line(scope, code, duration_ms, generation))
 
 

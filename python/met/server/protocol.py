@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from met.sampling import SamplingParams
 from met.server.errors import from_validation_error, from_value_error, invalid
@@ -13,6 +14,16 @@ MAX_N = 16  # choices per request; each one is a sequence holding KV blocks
 MAX_STOP = 4
 _INT64 = 2**63
 _FORMATS = ("text", "json_object", "json_schema")
+
+
+def _int64(value: int) -> int:
+    # JSON integers are unbounded; OpenAI and vLLM refuse one past int64 rather than clamp it.
+    if not -_INT64 <= value < _INT64:
+        raise PydanticCustomError("int64", "must fit in a signed 64-bit integer")
+    return value
+
+
+Int64 = Annotated[int, AfterValidator(_int64)]
 
 
 class _Body(BaseModel):
@@ -39,14 +50,14 @@ class ResponseFormat(_Body):
 
 class _GenerationBody(_Body):
     model: str | None = None
-    n: int | None = None
-    max_tokens: int | None = None
-    min_tokens: int | None = None
+    n: Int64 | None = None
+    max_tokens: Int64 | None = None
+    min_tokens: Int64 | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: Int64 | None = None
     min_p: float | None = None
-    seed: int | None = None
+    seed: Int64 | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
@@ -67,11 +78,11 @@ class _GenerationBody(_Body):
 
 
 class CompletionBody(_GenerationBody):
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | list[Int64] | list[str] | list[list[Int64]]
     echo: bool | None = None
-    logprobs: int | None = None
+    logprobs: Int64 | None = None
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: Int64 | None = None
 
 
 class ContentPart(_Body):
@@ -103,16 +114,16 @@ class ChatMessage(_Body):
 
 class ChatCompletionBody(_GenerationBody):
     messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: Int64 | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Int64 | None = None
     # Tools are checked by met.server.chat_request, which reports every fault as param "tools".
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
-    max_thinking_tokens: int | None = None
+    max_thinking_tokens: Int64 | None = None
 
 
 class TokenizeBody(_Body):
@@ -123,7 +134,7 @@ class TokenizeBody(_Body):
 
 class DetokenizeBody(_Body):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[Int64]
 
 
 BodyT = TypeVar("BodyT", bound=_Body)
@@ -142,8 +153,8 @@ def sampling_params(
     """Build and range-check the engine's parameters; a bad value becomes a 400 naming it."""
     if body.n is not None and body.n > MAX_N:
         raise invalid(f"n: must be at most {MAX_N}", param="n")
-    if body.seed is not None and not -_INT64 <= body.seed < _INT64:
-        raise invalid("seed: must fit in a signed 64-bit integer", param="seed")
+    if body.stream_options is not None and not body.stream:
+        raise invalid("stream_options: only allowed when stream is true", param="stream_options")
     params = SamplingParams(
         n=_or(body.n, 1),
         max_tokens=max_tokens,

@@ -41,7 +41,7 @@ class ServerState:
     ) -> None:
         self.engine = engine
         self.settings = settings
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(self._engine_stats)
         self.tracker = RequestTracker()
         self.logs = logs or RecentLogs()
         self.progress = progress or LoadProgress()
@@ -51,6 +51,10 @@ class ServerState:
         self.engine_dead = False
         self.generations: set[Any] = set()  # the in-flight Generation objects
         self._chat_setup: ChatSetup | None = None
+
+    def _engine_stats(self) -> tuple[Any, bool]:
+        ready = self.ready
+        return (self.engine.stats() if ready else None), ready
 
     @property
     def ready(self) -> bool:
@@ -124,8 +128,6 @@ class ServerState:
     def status(self) -> dict[str, Any]:
         ready = self.ready
         stats = self.engine.stats() if ready else None
-        requests = self.metrics.requests
-        errors = sum(v for (code, _), v in requests.values.items() if int(code) >= 400)
         return {
             "model": self.served_model_name
             if ready
@@ -144,10 +146,10 @@ class ServerState:
                 "kv_blocks_used": stats.kv_blocks_used if stats else 0,
                 "kv_blocks_total": stats.kv_blocks_total if stats else 0,
                 "prefix_cache_hit_rate": hit_rate(stats) if stats else 0.0,
-                "generated_tokens_total": int(self.metrics.generation_tokens.total()),
-                "prompt_tokens_total": int(self.metrics.prompt_tokens.total()),
-                "requests_total": int(requests.total()),
-                "errors_total": int(errors),
+                "generated_tokens_total": self.metrics.generation_tokens_total(),
+                "prompt_tokens_total": self.metrics.prompt_tokens_total(),
+                "requests_total": self.metrics.requests_total(),
+                "errors_total": self.metrics.errors_total(),
             },
             "requests": self.tracker.view(),
             "recent_logs": list(self.logs.lines),
