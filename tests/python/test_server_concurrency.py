@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -90,3 +91,71 @@ def test_disconnect_burst_frees_every_kv_block(server: ServerProcess) -> None:
         status = http.get("/status").json()
         assert any(r["state"] == "disconnected" for r in status["requests"])
         assert 'code="499"' in http.get("/metrics").text
+
+
+def _wait_idle(http: httpx.Client, seconds: float = 3.0) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        stats = http.get("/status").json()["stats"]
+        if stats["kv_blocks_used"] == stats["running"] == stats["waiting"] == 0:
+            return stats
+        assert time.monotonic() < deadline, f"still busy: {stats}"
+        time.sleep(0.05)
+
+
+def test_cancel_by_id_ends_the_stream_with_its_usage(server: ServerProcess) -> None:
+    client = server.openai()
+    stream = client.chat.completions.create(
+        model=client.models.list().data[0].id,
+        messages=[{"role": "user", "content": "Count from one to a thousand."}],
+        max_tokens=400,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    chunks = iter(stream)
+    first = next(c for c in chunks if c.choices and c.choices[0].delta.content)
+    assert first.id.startswith("chatcmpl-")
+    with server.http() as http:
+        answer = http.post(f"/v1/requests/{first.id}/cancel")
+        assert answer.status_code == 200 and answer.json()["cancelled"] is True
+        cancelled_at = time.monotonic()
+        rest = list(chunks)
+        assert time.monotonic() - cancelled_at < 5
+        reasons = [c.choices[0].finish_reason for c in rest if c.choices]
+        assert reasons[-1] == "stop"
+        usage = rest[-1].usage
+        assert 0 < usage.completion_tokens < 400
+        _wait_idle(http)
+        records = {r["id"]: r for r in http.get("/status").json()["requests"]}
+        assert records[first.id]["state"] == "cancelled"
+        assert http.post(f"/v1/requests/{first.id}/cancel").status_code == 404  # it is over
+
+
+def test_cancel_by_id_ends_a_blocking_completion(server: ServerProcess) -> None:
+    body = {"prompt": "Count slowly:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    with server.http() as http, ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(httpx.post, server.url + "/v1/completions", json=body, timeout=60)
+        deadline = time.monotonic() + 30
+        running: list[dict] = []
+        while not running:
+            assert time.monotonic() < deadline and not pending.done()
+            requests = http.get("/status").json()["requests"]
+            running = [r for r in requests if r["state"] == "running"]
+            time.sleep(0.05)
+        request_id = running[0]["id"]
+        assert request_id.startswith("cmpl-")
+        assert http.post(f"/requests/{request_id}/cancel").status_code == 200  # no /v1 too
+        out = pending.result(timeout=10).json()
+        assert out["id"] == request_id and out["choices"][0]["finish_reason"] == "stop"
+        assert 0 < out["usage"]["completion_tokens"] < 400
+        _wait_idle(http)
+
+
+def test_cancel_an_unknown_id_is_a_404(server: ServerProcess) -> None:
+    with server.http() as http:
+        response = http.post("/v1/requests/chatcmpl-nosuchrequest/cancel")
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "request_not_found" and error["param"] == "request_id"

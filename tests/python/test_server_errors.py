@@ -226,6 +226,8 @@ def test_auth(server: ServerProcess, headers: dict, status: int) -> None:
         assert response.status_code == 200
     assert httpx.get(server.url + "/health").status_code == 200  # health needs no key
     assert httpx.get(server.url + "/metrics").status_code == 401
+    cancel = httpx.post(server.url + "/v1/requests/cmpl-x/cancel", headers=headers)
+    assert cancel.status_code == (404 if status == 200 else 401)  # cancelling needs the key too
 
 
 def test_a_body_over_the_limit_is_a_413_declared_or_streamed(server: ServerProcess) -> None:

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 import met
+from met.server.cancel import cancel_request
 from met.server.chat import create_chat_completion, encode_messages
 from met.server.completions import create_completion
 from met.server.errors import APIError, install_error_handlers, invalid
@@ -40,6 +41,7 @@ def create_app(engine: Any, settings: ServerSettings, state: ServerState | None 
         "/messages/count_tokens": (count_tokens, ["POST"]),
         "/responses": (create_response, ["POST"]),
         "/responses/{response_id}": (get_response, ["GET"]),
+        "/requests/{request_id}/cancel": (cancel_request, ["POST"]),
     }
     # One path, two handlers: added beside the table, which keys routes by path.
     for prefix in ("/v1", ""):

@@ -79,6 +79,7 @@ class Generation:
         self.cached_tokens = 0
         self.finish_reasons: list[str | None] = [None] * self.n
         self.closed = False
+        self.cancelled = False  # by POST /v1/requests/{id}/cancel
         self.api = "other"  # the metrics label, from the route start() is called on
         self.outcome: str | None = None
         self._interrupted = asyncio.Event()
@@ -136,6 +137,12 @@ class Generation:
                         delta = future.result()
                     except EngineDeadError as e:
                         raise self.state.engine_died(e) from None
+                    if self.cancelled and delta.finish_reason == "abort":
+                        # Cancelled by id: the choice ends as a stop with what it generated.
+                        generated = self.completion_tokens[index]
+                        delta = dataclasses.replace(
+                            delta, finish_reason="stop", completion_tokens=generated
+                        )
                     last_at[index] = self._measure(index, delta, last_at[index])
                     if not delta.finished:
                         pending[asyncio.ensure_future(anext(self.streams[index]))] = index
@@ -205,6 +212,16 @@ class Generation:
         self.close(self.outcome_label())
         return results
 
+    def cancel(self) -> None:
+        """End the engine requests now; the response still ends normally, with its usage."""
+        if self.closed:
+            return
+        self.cancelled = True
+        for stream in self.streams:
+            # Through the engine rather than stream.abort(), so that the stream still delivers
+            # the engine's last delta and the response can end with it.
+            self.state.engine.abort(stream.request_id)
+
     def interrupt(self) -> None:
         """End the response now with a 503 (the drain grace ran out); the engine work is aborted."""
         self._interrupted.set()
@@ -214,6 +231,8 @@ class Generation:
             raise _shutting_down()
 
     def outcome_label(self) -> str:
+        if self.cancelled:
+            return "cancelled"
         reason = self.finish_reasons[0] or "stop"
         return "length" if reason == "timeout" else reason
 
