@@ -10,6 +10,18 @@ command -v cmake >/dev/null || apt_needed+=(cmake)
 command -v clang-format >/dev/null || apt_needed+=(clang-format)
 [ -f /usr/include/gtest/gtest.h ] || apt_needed+=(libgtest-dev)
 python3 -c "import venv, ensurepip" 2>/dev/null || apt_needed+=(python3-venv)
+# The chat page's browser test (tests/python/test_webui.py) drives headless Chromium; it is
+# installed where we can (CI runs as root on a fresh machine) and only missed elsewhere.
+browser_needed=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser_needed+=(chromium)
+command -v chromedriver >/dev/null || browser_needed+=(chromium-driver)
+if [ ${#browser_needed[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt_needed+=("${browser_needed[@]}")
+  else
+    echo "met setup: the browser test will skip without ${browser_needed[*]} (apt-get install ${browser_needed[*]})" >&2
+  fi
+fi
 if [ ${#apt_needed[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq

@@ -280,6 +280,8 @@ def test_tokenize_detokenize(server: ServerProcess) -> None:
 
 def test_metrics_and_status(server: ServerProcess) -> None:
     with server.http() as http:
+        http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+        http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1})
         response = http.get("/metrics")
         text = response.text
         openmetrics = http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
@@ -287,7 +289,6 @@ def test_metrics_and_status(server: ServerProcess) -> None:
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
     assert openmetrics.text.endswith("# EOF\n") and "met_requests_total{" in openmetrics.text
-    # Earlier tests in this module ran both APIs, so both label values are there.
     assert 'met_generation_tokens_total{api="chat"}' in text
     assert 'met_generation_tokens_total{api="completions"}' in text
     assert 'met_requests_total{api="chat",code="200",finish=' in text

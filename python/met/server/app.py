@@ -20,6 +20,7 @@ from met.server.responses.routes import create_response, delete_response, get_re
 from met.server.responses.store import ResponseStore
 from met.server.settings import ServerSettings
 from met.server.state import ServerState
+from met.server.webui import install_webui
 
 _CREATED = int(time.time())
 
@@ -55,6 +56,8 @@ def create_app(engine: Any, settings: ServerSettings, state: ServerState | None 
     app.add_api_route("/version", version, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
     app.add_api_route("/status", status, methods=["GET"])
+    if not settings.no_webui:
+        install_webui(app)
     app.add_middleware(AccessMiddleware, state=state)
     return app
 

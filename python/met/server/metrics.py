@@ -42,6 +42,8 @@ def api_label(path: str) -> str:
     bare = path.removeprefix("/v1") if path.startswith("/v1/") else path
     if bare.startswith("/requests/"):
         return "requests"
+    if path == "/" or path.startswith("/webui/"):
+        return "webui"
     return _APIS.get(bare, "other")
 
 

@@ -18,7 +18,10 @@ from met.server.state import ServerState
 
 log = logging.getLogger("met.server")
 
-_OPEN_PATHS = frozenset({"/health"})
+# The chat page loads without a key (a browser cannot send one on navigation); it asks for the
+# key and sends it with every API call, which still needs it.
+_OPEN_PATHS = frozenset({"/health", "/"})
+_OPEN_PREFIXES = ("/webui/",)
 _QUIET_PATHS = frozenset({"/health", "/metrics", "/status"})  # polled; logged at debug only
 _CLIENT_CLOSED = 499  # nginx's "client closed request"
 
@@ -72,7 +75,8 @@ class AccessMiddleware:
         return None
 
     def _authorized(self, scope: Scope) -> bool:
-        if self._key is None or scope["path"] in _OPEN_PATHS:
+        path = scope["path"]
+        if self._key is None or path in _OPEN_PATHS or path.startswith(_OPEN_PREFIXES):
             return True
         # Anthropic's clients send the key as x-api-key; OpenAI's as a bearer token.
         for name, value in scope["headers"]:

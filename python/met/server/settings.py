@@ -52,6 +52,7 @@ class ServerSettings:
     api_key: str | None = None
     log_level: str = "info"
     no_tui: bool = False
+    no_webui: bool = False
     request_timeout: float | None = None  # seconds per request; None: no limit
     # Larger bodies get a 413 before they are read whole: a 128k-token prompt is well under 2 MB.
     max_request_bytes: int = 16 << 20
@@ -143,6 +144,7 @@ _OPTIONS = (
     ),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
     _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),
+    _Option("no_webui", bool, "do not serve the chat page at /"),
     _Option("request_timeout", float, "seconds a request may run (default: no limit)", minimum=0),
     _Option("max_request_bytes", int, "largest request body, bytes (413 above it)", minimum=1),
     _Option("shutdown_grace", float, "seconds to drain in-flight requests on exit", minimum=0),
