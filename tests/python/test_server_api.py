@@ -280,8 +280,8 @@ def test_tokenize_detokenize(server: ServerProcess) -> None:
 
 def test_metrics_and_status(server: ServerProcess) -> None:
     with server.http() as http:
-        http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
-        http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1})
+        http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+        http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 2})
         response = http.get("/metrics")
         text = response.text
         openmetrics = http.get("/metrics", headers={"Accept": "application/openmetrics-text"})

@@ -108,6 +108,8 @@ def test_metrics_names_and_standard_collectors() -> None:
         "process_resident_memory_bytes",
         "process_open_fds",
         "python_info{",
+        'met_inter_token_latency_seconds_count{api="chat"} 0.0',
+        'met_generation_tokens_total{api="completions"} 0.0',
     ):
         assert name in text
     assert text.endswith("\n")

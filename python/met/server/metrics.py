@@ -37,6 +37,11 @@ _APIS = {
 }
 
 
+# The generation APIs whose series exist from the start (at zero), so that a dashboard or a rate()
+# sees them before the first request; a route that generates adds its label here.
+GENERATION_APIS = ("chat", "completions")
+
+
 def api_label(path: str) -> str:
     """The `api` label of a request path, with or without the /v1 prefix."""
     bare = path.removeprefix("/v1") if path.startswith("/v1/") else path
@@ -138,6 +143,15 @@ class ServerMetrics:
             buckets=_E2E_BUCKETS,
             registry=reg,
         )
+        for api in GENERATION_APIS:
+            for metric in (
+                self.prompt_tokens,
+                self.generation_tokens,
+                self.ttft,
+                self.itl,
+                self.e2e,
+            ):
+                metric.labels(api)
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
         if GC_COLLECTOR is not None:  # None on interpreters without gc.get_stats
