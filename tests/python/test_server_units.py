@@ -152,6 +152,8 @@ def test_api_labels() -> None:
     assert api_label("/v1/completions") == "completions"
     assert api_label("/v1/messages") == "messages" and api_label("/v1/responses") == "responses"
     assert api_label("/v1/requests/cmpl-1/cancel") == "requests"
+    assert api_label("/v1/responses/resp_1") == "responses"
+    assert api_label("/v1/messages/count_tokens") == "count_tokens"
     assert api_label("/no/such/route") == "other"
 
 

@@ -29,6 +29,7 @@ _APIS = {
     "/chat/completions": "chat",
     "/completions": "completions",
     "/messages": "messages",
+    "/messages/count_tokens": "count_tokens",
     "/responses": "responses",
     "/models": "models",
     "/tokenize": "tokenize",
@@ -39,7 +40,7 @@ _APIS = {
 
 # The generation APIs whose series exist from the start (at zero), so that a dashboard or a rate()
 # sees them before the first request; a route that generates adds its label here.
-GENERATION_APIS = ("chat", "completions")
+GENERATION_APIS = ("chat", "completions", "messages", "responses")
 
 
 def api_label(path: str) -> str:
@@ -47,6 +48,8 @@ def api_label(path: str) -> str:
     bare = path.removeprefix("/v1") if path.startswith("/v1/") else path
     if bare.startswith("/requests/"):
         return "requests"
+    if bare.startswith("/responses/"):  # a stored response, read or deleted
+        return "responses"
     if path == "/" or path.startswith("/webui/"):
         return "webui"
     return _APIS.get(bare, "other")
