@@ -1,57 +1,37 @@
-"""The Anthropic Messages and OpenAI Responses APIs end to end: a real server on the default model,
-the official anthropic and openai clients, and the raw frames on the wire."""
+"""The Anthropic Messages and OpenAI Responses APIs end to end, text paths: a real server on the
+default model, the official anthropic and openai clients, and the raw frames on the wire."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import anthropic
 import httpx
 import pytest
-from server_harness import ServerProcess, start_server
+from agent_clients import GREEDY, agent_server, claude_client, openai_client, wire
+from server_harness import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-KEY = "sk-agent-test"
 ASK = "Name three colours."
-# The anthropic SDK no longer takes sampling fields; Messages requests may still carry them.
-GREEDY = {"temperature": 0}
 BILLING = "x-anthropic-billing-header: cc_version=2.1.177.01c; cc_entrypoint=cli; cch={};"
 
 
 @pytest.fixture(scope="module")
 def server():
-    proc = start_server("--max-model-len", "1024", "--served-model-name", "*", api_key=KEY)
+    proc = agent_server()
     yield proc
     assert proc.stop() == 0
 
 
 @pytest.fixture(scope="module")
 def claude(server: ServerProcess) -> anthropic.Anthropic:
-    # The anthropic client sends the key as x-api-key; the openai one as a bearer token.
-    return anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0, timeout=120)
+    return claude_client(server)
 
 
 @pytest.fixture(scope="module")
 def oai(server: ServerProcess):
-    return server.openai(timeout=120)
-
-
-def _sse(lines: list[str]) -> list[tuple[str, dict]]:
-    events, name = [], None
-    for line in lines:
-        if line.startswith("event: "):
-            name = line.removeprefix("event: ")
-        elif line.startswith("data: "):
-            events.append((name, json.loads(line.removeprefix("data: "))))
-    return events
-
-
-def _wire(server: ServerProcess, path: str, body: dict) -> list[tuple[str, dict]]:
-    with server.http(timeout=120) as http, http.stream("POST", path, json=body) as response:
-        assert response.status_code == 200, response.read()
-        return _sse(list(response.iter_lines()))
+    return openai_client(server)
 
 
 def test_messages_create_and_stream_agree(claude: anthropic.Anthropic) -> None:
@@ -74,7 +54,6 @@ def test_messages_create_and_stream_agree(claude: anthropic.Anthropic) -> None:
     prompt = message.usage.input_tokens + message.usage.cache_read_input_tokens
     assert final.usage.input_tokens + final.usage.cache_read_input_tokens == prompt
     count = claude.messages.count_tokens(model="claude-local-1", messages=kwargs["messages"])
-
     assert count.input_tokens == prompt
 
 
@@ -89,7 +68,7 @@ def test_messages_stop_sequence_is_named(claude: anthropic.Anthropic) -> None:
     assert stopped.content[0].text == text[: text.index(word)]
 
 
-def test_messages_stream_order_on_the_wire(server: ServerProcess) -> None:
+def test_messages_stream_order_on_thewire(server: ServerProcess) -> None:
     body = {
         "model": "m",
         "max_tokens": 6,
@@ -97,7 +76,7 @@ def test_messages_stream_order_on_the_wire(server: ServerProcess) -> None:
         "stream": True,
         "messages": [{"role": "user", "content": ASK}],
     }
-    events = _wire(server, "/v1/messages?beta=true", body)
+    events = wire(server, "/v1/messages?beta=true", body)
     names = [name for name, _ in events]
     assert names[:2] == ["message_start", "ping"] and names[-2:] == [
         "message_delta",
@@ -206,7 +185,7 @@ def test_responses_create_store_and_continue(oai) -> None:
 
 def test_responses_stream_events(server: ServerProcess, oai) -> None:
     body = {"model": "m", "input": ASK, "max_output_tokens": 6, "temperature": 0, "stream": True}
-    events = [data for _, data in _wire(server, "/v1/responses", body)]
+    events = [data for _, data in wire(server, "/v1/responses", body)]
     numbers = [e["sequence_number"] for e in events]
     assert numbers == sorted(set(numbers))
     kinds = [e["type"] for e in events]
@@ -227,7 +206,7 @@ def test_responses_stream_events(server: ServerProcess, oai) -> None:
 
 def test_responses_prompt_over_the_context_fails_in_the_stream(server: ServerProcess) -> None:
     body = {"model": "m", "input": "word " * 1500, "stream": True}
-    events = [data for _, data in _wire(server, "/v1/responses", body)]
+    events = [data for _, data in wire(server, "/v1/responses", body)]
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "context_length_exceeded"
 
@@ -339,62 +318,3 @@ def test_disconnect_mid_stream_frees_the_sequence(
                 break
             assert time.monotonic() < deadline, f"still busy after the client left: {stats}"
             time.sleep(0.1)
-
-
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-def test_tool_history_round_trips(claude: anthropic.Anthropic, oai) -> None:
-    ask = {"role": "user", "content": "Weather in Oslo?"}
-    call = {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Oslo"}}
-    result = {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny, 20 C"}
-    history = [ask, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
-    tools = [{"name": "get_weather", "input_schema": WEATHER}]
-    message = claude.messages.create(
-        model="m", max_tokens=8, extra_body=GREEDY, tools=tools, messages=history
-    )
-    assert message.content and message.usage.output_tokens > 0
-    shorter = claude.messages.count_tokens(model="m", tools=tools, messages=[ask])
-    assert message.usage.input_tokens + message.usage.cache_read_input_tokens > shorter.input_tokens
-    response = oai.responses.create(
-        model="m",
-        max_output_tokens=8,
-        temperature=0,
-        tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER}],
-        input=[
-            ask,
-            {
-                "type": "function_call",
-                "call_id": "call_01",
-                "name": "get_weather",
-                "arguments": '{"city": "Oslo"}',
-            },
-            {"type": "function_call_output", "call_id": "call_01", "output": "Sunny, 20 C"},
-        ],
-    )
-    assert response.output and response.usage.output_tokens > 0
-
-
-COLOUR = {
-    "type": "object",
-    "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
-    "required": ["colour"],
-    "additionalProperties": False,
-}
-
-
-def test_structured_output_through_both_apis(claude: anthropic.Anthropic, oai) -> None:
-    fmt = {"type": "json_schema", "name": "colour", "schema": COLOUR, "strict": True}
-    response = oai.responses.create(
-        model="m", input=ASK, max_output_tokens=24, temperature=0, text={"format": fmt}
-    )
-    assert json.loads(response.output_text)["colour"] in ("red", "green", "blue")
-    assert response.text.format.type == "json_schema"
-    message = claude.messages.create(
-        model="m",
-        max_tokens=24,
-        messages=[{"role": "user", "content": ASK}],
-        output_config={"format": {"type": "json_schema", "schema": COLOUR}},
-        extra_body=GREEDY,
-    )
-    assert json.loads(message.content[0].text)["colour"] in ("red", "green", "blue")
