@@ -1,7 +1,8 @@
 // The pybind11 trampoline that lets a Python class implement met::Backend.
 // Sequences reach Python as references (pointers under the hood), never copies, so a backend's
 // writes to seq.slot / seq_len / tokens / block_table are what the scheduler sees. A Python
-// decode_batch that raises _core.KvExhausted becomes the C++ KvExhausted the scheduler handles.
+// decode_batch or decode_verify_batched that raises _core.KvExhausted becomes the C++ KvExhausted
+// the scheduler handles.
 #include "met/backend.h"
 
 #include <pybind11/pybind11.h>
@@ -118,6 +119,21 @@ class PyBackend : public Backend {
   }
   void commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) override {
     MET_OVERRIDE_SEQ(commit_ctx, n, base, row);
+  }
+  std::vector<int32_t> decode_verify_batched(const std::vector<int32_t>& tokens,
+                                             const std::vector<int32_t>& ks,
+                                             const std::vector<Sequence*>& seqs, int32_t stream,
+                                             bool argmax) override {
+    try {
+      PYBIND11_OVERRIDE_PURE(std::vector<int32_t>, Backend, decode_verify_batched, tokens, ks, seqs,
+                             stream, argmax);
+    } catch (py::error_already_set& e) {
+      if (e.matches(g_kv_exhausted)) throw KvExhausted();
+      throw;
+    }
+  }
+  void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override {
+    PYBIND11_OVERRIDE_PURE(void, Backend, commit_accepted_prefix, &seq, na, k);
   }
   void normalize_ssm_states(Sequence& seq, int32_t stream) override {
     MET_OVERRIDE_SEQ(normalize_ssm_states, stream);

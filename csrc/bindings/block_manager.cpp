@@ -41,6 +41,8 @@ void bind_block_manager(py::module_& m) {
           },
           py::arg("seq"), py::arg("tokens"),
           "Register the hashes of newly completed full blocks; tokens = all KV-written tokens.")
+      .def("rollback", &BlockManager::rollback, py::arg("seq"), py::arg("num_tokens"),
+           "After a verify: seq holds num_tokens valid tokens; its blocks stay for overwriting.")
       .def("release", &BlockManager::release, py::arg("seq"))
       .def("reset_prefix_cache", &BlockManager::reset_prefix_cache)
       .def(

@@ -12,7 +12,26 @@ namespace py = pybind11;
 namespace met::bindings {
 namespace {
 
+void bind_spec(py::module_& m) {
+  py::enum_<SpecMode>(m, "SpecMode")
+      .value("Off", SpecMode::Off)
+      .value("Ngram", SpecMode::Ngram)
+      .value("NgramForced", SpecMode::NgramForced);
+  py::class_<SpecStats>(m, "SpecStats")
+      .def_readonly("drafted", &SpecStats::drafted)
+      .def_readonly("accepted", &SpecStats::accepted)
+      .def_readonly("verify_steps", &SpecStats::verify_steps)
+      .def_readonly("verify_rows", &SpecStats::verify_rows)
+      .def_readonly("plain_steps", &SpecStats::plain_steps)
+      .def_readonly("gate_switches", &SpecStats::gate_switches)
+      .def_readonly("gate_probes", &SpecStats::gate_probes)
+      .def_readonly("proposer_seconds", &SpecStats::proposer_seconds)
+      .def_readonly("gate_plain_buckets", &SpecStats::gate_plain_buckets);
+  m.def("spec_off_reason", &spec_off_reason, py::arg("mode"), py::arg("params"));
+}
+
 void bind_values(py::module_& m) {
+  bind_spec(m);
   py::class_<SchedulerConfig>(m, "SchedulerConfig")
       .def(py::init([](int32_t max_batch_size, int32_t max_prefill_tokens, int32_t max_batch_tokens,
                        int32_t max_seq_len, std::vector<int32_t> eos) {
@@ -26,7 +45,20 @@ void bind_values(py::module_& m) {
       .def_readwrite("max_prefill_tokens", &SchedulerConfig::max_prefill_tokens)
       .def_readwrite("max_batch_tokens", &SchedulerConfig::max_batch_tokens)
       .def_readwrite("max_seq_len", &SchedulerConfig::max_seq_len)
-      .def_readwrite("eos_tokens", &SchedulerConfig::eos_tokens);
+      .def_readwrite("eos_tokens", &SchedulerConfig::eos_tokens)
+      // The speculation knobs, flat (SpecConfig and its parts are plain values in C++).
+      .def_property(
+          "speculative", [](const SchedulerConfig& c) { return c.spec.mode; },
+          [](SchedulerConfig& c, SpecMode m) { c.spec.mode = m; })
+      .def_property(
+          "num_speculative_tokens", [](const SchedulerConfig& c) { return c.spec.k; },
+          [](SchedulerConfig& c, int32_t k) { c.spec.k = k; })
+      .def_property(
+          "ngram_min_match", [](const SchedulerConfig& c) { return c.spec.ngram.min_n; },
+          [](SchedulerConfig& c, int32_t n) { c.spec.ngram.min_n = n; })
+      .def_property(
+          "ngram_max_match", [](const SchedulerConfig& c) { return c.spec.ngram.max_n; },
+          [](SchedulerConfig& c, int32_t n) { c.spec.ngram.max_n = n; });
 
   py::class_<Request>(m, "Request")
       .def(py::init([](uint64_t id, std::vector<int32_t> prompt, SamplingParams params,
@@ -69,6 +101,7 @@ void bind_values(py::module_& m) {
                                return e.guard;
                              })
       .def_readonly("error", &ClientEvent::error)
+      .def_readonly("spec_off", &ClientEvent::spec_off)
       .def_readonly("output", &ClientEvent::output)
       .def_readonly("logprobs", &ClientEvent::logprobs);
 
@@ -99,7 +132,8 @@ void bind_scheduler(py::module_& m) {
       .def("has_work", &Scheduler::has_work)
       .def("tick", &Scheduler::tick, py::arg("now"))
       .def("take_events", &Scheduler::take_events)
-      .def("stats", &Scheduler::stats);
+      .def("stats", &Scheduler::stats)
+      .def("spec_stats", &Scheduler::spec_stats);
 }
 
 }  // namespace met::bindings

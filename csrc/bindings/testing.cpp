@@ -21,7 +21,8 @@ void bind_testing(py::module_& m) {
       .def_readwrite("total_blocks", &FakeModelConfig::total_blocks)
       .def_readwrite("held_blocks", &FakeModelConfig::held_blocks)
       .def_readwrite("reclaimable", &FakeModelConfig::reclaimable)
-      .def_readwrite("kv_exhaust_at", &FakeModelConfig::kv_exhaust_at);
+      .def_readwrite("kv_exhaust_at", &FakeModelConfig::kv_exhaust_at)
+      .def_readwrite("verify_exhaust_at", &FakeModelConfig::verify_exhaust_at);
 
   py::class_<ScenarioRequest>(m, "ScenarioRequest")
       .def(py::init<>())

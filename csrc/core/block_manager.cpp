@@ -192,6 +192,22 @@ void BlockManager::commit(uint64_t seq, const int32_t* tokens, size_t n) {
   }
 }
 
+void BlockManager::rollback(uint64_t seq, int32_t num_tokens) {
+  const SeqState& st = state(seq);
+  if (num_tokens < 0 || int64_t(num_tokens) > int64_t(st.table.size()) * block_size_)
+    throw std::invalid_argument("BlockManager::rollback: " + std::to_string(num_tokens) +
+                                " tokens outside the table of " + seq_name(seq));
+  if (int64_t(st.hashed_blocks) * block_size_ > num_tokens)
+    throw std::logic_error("BlockManager::rollback: " + seq_name(seq) +
+                           " has a hashed block past " + std::to_string(num_tokens) + " tokens");
+  for (size_t j = size_t(num_tokens / block_size_); j < st.table.size(); ++j) {
+    const Block& blk = blocks_[st.table[j]];
+    if (blk.ref != 1 || blk.hashed)
+      throw std::logic_error("BlockManager::rollback: block " + std::to_string(st.table[j]) +
+                             " of " + seq_name(seq) + " is shared or hashed");
+  }
+}
+
 void BlockManager::release(uint64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) throw std::invalid_argument("BlockManager: unknown " + seq_name(seq));

@@ -36,6 +36,19 @@ size_t admit_count(const std::vector<KvDemand>& in_flight, const std::vector<KvD
   return admitted;
 }
 
+// Why a request cannot run with drafts (empty: it can). Penalties change every position's
+// logits with the tokens accepted before it, and a grammar's state advances token by token, so
+// neither can be evaluated over a verify row in one pass (a grammar could, once its matcher rolls
+// back).
+std::string spec_off_reason(SpecMode mode, const SamplingParams& p) {
+  if (mode == SpecMode::Off) return "off";
+  if (p.constrained) return "grammar";
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    return "penalties";
+  }
+  return "";
+}
+
 Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink)
     : backend_(backend),
       cfg_(std::move(cfg)),
@@ -43,7 +56,7 @@ Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink)
       block_size_(0),
       prefill_stream_(0),
       prefill_event_(0),
-      decode_(make_plain_decode()) {
+      decode_(cfg_.spec.mode == SpecMode::Off ? make_plain_decode() : make_spec_decode(cfg_.spec)) {
   backend_.bind_gpu_to_thread();
   prefill_stream_ = backend_.create_stream();
   prefill_event_ = backend_.create_event();
@@ -85,17 +98,26 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+SpecStats Scheduler::spec_stats() const { return decode_->stats(); }
+
 TickResult Scheduler::tick(double now) {
   now_ = now;
+  decode_->begin_tick(now);
   Plan plan = plan_tick();
   if (plan.shutdown) {
     finish();
     return {true};
   }
+  // Prefill work or a resume shares this tick's wall time with the decode step.
+  const bool alone = plan.admitted.empty() && prefilling_.empty() && requeued_.empty();
   for (auto& r : plan.admitted) start_prefill(std::move(r));
-  if (continue_prefills() == Lane::SkipRest) return {false};
-  decode_lane();
+  if (continue_prefills() == Lane::SkipRest) {
+    decode_->end_tick(false);
+    return {false};
+  }
+  decode_lane(alone);
   end_tick();
+  decode_->end_tick(!active_.empty());
   return {false};
 }
 
@@ -167,6 +189,7 @@ Scheduler::LivePtr Scheduler::make_live(Request r) const {
   auto live = std::make_unique<Live>();
   if (!r.params.ignore_eos) live->stop_tokens = cfg_.eos_tokens;
   for (int32_t t : r.params.stop_token_ids) live->stop_tokens.push_back(t);
+  live->spec_off = spec_off_reason(cfg_.spec.mode, r.params);
   live->req = std::move(r);
   return live;
 }

@@ -12,7 +12,7 @@ namespace {
 // requeued and the rest relaunched (each relaunch is a fresh launch with its own readback plan).
 class PlainDecode : public DecodeStrategy {
  public:
-  void step(Scheduler& sched, std::vector<Live*> rows) override {
+  void step(Scheduler& sched, std::vector<Live*> rows, bool /*alone*/) override {
     while (!rows.empty()) {
       LaunchDecode launch;
       for (Live* row : rows) {
@@ -51,12 +51,12 @@ std::unique_ptr<DecodeStrategy> make_plain_decode() { return std::make_unique<Pl
 
 // With nothing unfinished to decode (every active sequence finished at once this tick) the lane
 // issues nothing at all, not even the prefill-stream sync (met's rule).
-void Scheduler::decode_lane() {
+void Scheduler::decode_lane(bool alone) {
   if (did_mixed_step_) return;
   std::vector<Live*> rows = decode_rows();
   if (rows.empty()) return;
   if (!prefilling_.empty()) sync_prefill_stream();
-  decode_->step(*this, std::move(rows));
+  decode_->step(*this, std::move(rows), alone);
 }
 
 // Decode rows are the unfinished active sequences in slot order (dense rows on the device).
@@ -102,18 +102,21 @@ std::vector<SampledToken> Scheduler::read_rows(const std::vector<Live*>& rows, R
   }
   std::vector<SampleRow> srows;
   for (size_t i = 0; i < rows.size(); ++i) {
-    Live& l = *rows[i];
-    SampleRow sr;
-    sr.request_id = l.req.id;
-    sr.row = static_cast<int32_t>(i);
-    sr.seq = &l.seq;
-    sr.params = l.req.params;
-    sr.n_generated = static_cast<int32_t>(l.output.size());
-    sr.mask_stop = floor_active(l);
-    sr.stop_tokens = l.stop_tokens;
-    srows.push_back(std::move(sr));
+    srows.push_back(sample_row(*rows[i], static_cast<int32_t>(i), 0));
   }
   return backend_.sample_rows(srows);
+}
+
+SampleRow Scheduler::sample_row(const Live& l, int32_t row, int32_t ahead) const {
+  SampleRow sr;
+  sr.request_id = l.req.id;
+  sr.row = row;
+  sr.seq = const_cast<Sequence*>(&l.seq);
+  sr.params = l.req.params;
+  sr.n_generated = static_cast<int32_t>(l.output.size()) + ahead;
+  sr.mask_stop = floor_active(l, ahead);
+  sr.stop_tokens = l.stop_tokens;
+  return sr;
 }
 
 // A stop token ends the request and is counted but not streamed; under an active min_tokens
@@ -127,6 +130,7 @@ void Scheduler::accept_token(Live& live, const SampledToken& tok) {
     return;
   }
   live.output.push_back(tok.token);
+  if (live.proposer) live.proposer->append(tok.token);
   const bool with_logprobs = live.req.params.wants_logprobs();
   if (with_logprobs) ++live.logprobs;
   fx_.apply(MarconiCheckpoint{&live.seq});
@@ -145,8 +149,8 @@ void Scheduler::preempt(Live& victim) {
   active_.erase(it);
 }
 
-bool Scheduler::floor_active(const Live& live) const {
-  return static_cast<int32_t>(live.output.size()) < live.req.params.min_tokens;
+bool Scheduler::floor_active(const Live& live, int32_t ahead) const {
+  return static_cast<int32_t>(live.output.size()) + ahead < live.req.params.min_tokens;
 }
 
 bool Scheduler::is_stop(const Live& live, int32_t token) const {

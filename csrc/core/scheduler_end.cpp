@@ -136,6 +136,8 @@ void Scheduler::emit_done(const Live& l) {
   }
   e.n = static_cast<int32_t>(l.output.size());
   e.cached = l.cached;
+  e.acc = l.acc;
+  e.spec_off = l.spec_off;
   e.guard = l.guard;
   e.output = l.output;
   e.logprobs = l.logprobs;

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "met/ngram_proposer.h"
 #include "met/scheduler.h"
 
 namespace met {
@@ -27,22 +29,36 @@ struct Live {
   int32_t logprobs = 0;
   bool finished = false;
   std::string guard;
+  // Prompt + output so far, indexed for drafts; null when this request runs without speculation
+  // (then `spec_off` says why).
+  std::unique_ptr<NgramProposer> proposer;
+  std::string spec_off;
+  int32_t acc = 0;  // accepted draft tokens
 
   int32_t prompt_len() const { return static_cast<int32_t>(req.prompt.size()); }
   int32_t remaining() const { return req.params.max_tokens - static_cast<int32_t>(output.size()); }
 };
 
-// One decode step over the active rows. The plain step is the only one today; speculative,
-// beam or LoRA-rotating steps are further strategies chosen when the scheduler is built, not
-// flags polled inside the tick.
+// One decode step over the active rows: the plain step, or the speculative one (drafts verified
+// in one forward); beam or LoRA-rotating steps would be further strategies. Chosen when the
+// scheduler is built, not flags polled inside the tick.
 class DecodeStrategy {
  public:
   virtual ~DecodeStrategy() = default;
   // `rows` are the unfinished active sequences in slot order; the step must hand each row's
-  // token to Scheduler::accept_token, or preempt the row.
-  virtual void step(Scheduler& sched, std::vector<Live*> rows) = 0;
+  // token(s) to Scheduler::accept_token, or preempt the row. `alone`: nothing but this step ran
+  // on the device this tick (no prefill work), so the tick's wall time is the step's.
+  virtual void step(Scheduler& sched, std::vector<Live*> rows, bool alone) = 0;
+  // A sequence finished its prefill and joins the decode rows with its first token.
+  virtual void admit(Live& /*live*/) {}
+  // The start of every tick, with its time (the end of the previous tick's work).
+  virtual void begin_tick(double /*now*/) {}
+  // The end of a tick's work; `continues`: the engine ticks again at once (something active).
+  virtual void end_tick(bool /*continues*/) {}
+  virtual SpecStats stats() const { return {}; }
 };
 
 std::unique_ptr<DecodeStrategy> make_plain_decode();
+std::unique_ptr<DecodeStrategy> make_spec_decode(const SpecConfig& cfg);
 
 }  // namespace met

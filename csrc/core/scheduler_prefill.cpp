@@ -217,6 +217,7 @@ void Scheduler::promote(LivePtr live, const SampledToken& tok) {
   const bool stop = is_stop(*live, tok.token);
   if (!stop) emit_token(*live, tok, false);
   live->finished = stop || live->remaining() <= 0 || at_ceiling(*live);
+  if (!live->finished) decode_->admit(*live);
   active_.push_back(std::move(live));
 }
 

@@ -75,6 +75,13 @@ int32_t RecordingBackend::out_after(const Sequence& seq, int32_t pos) const {
   return s.toks.at(std::min(g, s.toks.size() - 1));
 }
 
+// The script's token at absolute position `pos` (the output the request plans to have there).
+int32_t RecordingBackend::script_at(const Sequence& seq, int32_t pos) const {
+  const Script& s = script_for(seq);
+  const auto g = static_cast<size_t>(std::max(0, pos - s.prompt_len));
+  return s.toks.at(std::min(g, s.toks.size() - 1));
+}
+
 int32_t RecordingBackend::snapshot_pool_occupancy() {
   if (++occupancy_calls_ % 2 == 1) {
     ++gate_tick_;
@@ -325,6 +332,59 @@ void RecordingBackend::decode_batch(const std::vector<int32_t>& tokens,
   rows_.clear();
   host_rows_.clear();
   for (size_t i = 0; i < seqs.size(); ++i) rows_.push_back(decode_row(*seqs[i], tokens[i]));
+}
+
+// One sequence's verify row (trace spec 2.4): position i answers the script after it, until an
+// input past the first differs from the script at its own position; from there on every answer
+// is GARBAGE (1), as a model fed a wrong draft token would answer nonsense.
+void RecordingBackend::verify_row(Sequence& seq, const int32_t* tokens, int32_t n) {
+  const Script& s = script_for(seq);
+  const auto generated = static_cast<int32_t>(seq.tokens.size()) - s.prompt_len;
+  if (s.cancel_at >= 0 && generated == s.cancel_at && cancel_) cancel_(seq.session_hash);
+  bool garbage = false;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t pos = seq.seq_len;
+    if (i > 0 && tokens[i] != script_at(seq, pos)) garbage = true;
+    seq.tokens.push_back(tokens[i]);
+    ++seq.seq_len;
+    rows_.push_back(garbage ? 1 : out_after(seq, pos));
+  }
+  grow_blocks(seq);
+}
+
+std::vector<int32_t> RecordingBackend::decode_verify_batched(const std::vector<int32_t>& tokens,
+                                                             const std::vector<int32_t>& ks,
+                                                             const std::vector<Sequence*>& seqs,
+                                                             int32_t stream, bool argmax) {
+  std::vector<std::string> before;
+  for (const Sequence* s : seqs) before.push_back(sid(*s));
+  const std::string text = "decode_verify_batched(tokens=" + int_list(tokens) +
+                           ", ks=" + int_list(ks) + ", seqs=" + quoted_list(before) +
+                           ", stream=" + std::to_string(stream) + ", woa=" + boolean(argmax) + ")";
+  const int32_t index = verify_calls_++;
+  const auto& ex = cfg_.verify_exhaust_at;
+  if (std::find(ex.begin(), ex.end(), index) != ex.end()) {
+    record(text + " -> ERR KV cache exhausted");
+    throw KvExhausted();
+  }
+  rows_.clear();
+  host_rows_.clear();
+  size_t off = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    verify_row(*seqs[i], tokens.data() + off, 1 + ks[i]);
+    off += static_cast<size_t>(1 + ks[i]);
+  }
+  record(text + " -> " + int_list(argmax ? rows_ : std::vector<int32_t>{}));
+  return argmax ? rows_ : std::vector<int32_t>{};
+}
+
+void RecordingBackend::commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) {
+  const int32_t rejected = k + 1 - na;
+  if (rejected < 0 || rejected > seq.seq_len) throw std::logic_error("fake: bad rollback");
+  seq.seq_len -= rejected;
+  seq.tokens.resize(seq.tokens.size() - static_cast<size_t>(rejected));
+  record("commit_accepted_prefix(" + sid(seq) + ", na=" + std::to_string(na) +
+         ", k=" + std::to_string(k) + ")");
 }
 
 void RecordingBackend::commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) {

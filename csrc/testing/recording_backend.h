@@ -35,7 +35,8 @@ struct FakeModelConfig {
   // Blocks reclaim_prefix_blocks could hand back; accepted for scenario-file compatibility, met's
   // scheduler never reclaims.
   int32_t reclaimable = 0;
-  std::vector<int32_t> kv_exhaust_at;  // 0-based decode_batch call indexes that fail
+  std::vector<int32_t> kv_exhaust_at;      // 0-based decode_batch call indexes that fail
+  std::vector<int32_t> verify_exhaust_at;  // 0-based decode_verify_batched call indexes that fail
 };
 
 struct Script {
@@ -97,6 +98,11 @@ class RecordingBackend : public Backend {
   void decode_batch(const std::vector<int32_t>& tokens, const std::vector<Sequence*>& seqs,
                     int32_t stream) override;
   void commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) override;
+  std::vector<int32_t> decode_verify_batched(const std::vector<int32_t>& tokens,
+                                             const std::vector<int32_t>& ks,
+                                             const std::vector<Sequence*>& seqs, int32_t stream,
+                                             bool argmax) override;
+  void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override;
   void normalize_ssm_states(Sequence& seq, int32_t stream) override;
   void poll_innerq() override;
   void decode_marconi_checkpoint(Sequence& seq) override;
@@ -109,6 +115,8 @@ class RecordingBackend : public Backend {
   void record(const std::string& text) { trace_.line(text); }
   const Script& script_for(const Sequence& seq) const;
   int32_t out_after(const Sequence& seq, int32_t pos) const;
+  int32_t script_at(const Sequence& seq, int32_t pos) const;
+  void verify_row(Sequence& seq, const int32_t* tokens, int32_t n);
   int32_t take_slot();
   void release_slot(int64_t slot);
   void grow_blocks(Sequence& seq);
@@ -126,6 +134,7 @@ class RecordingBackend : public Backend {
   std::vector<int32_t> rows_;  // next-token answer per logits row of the last forward
   std::map<int32_t, std::vector<uint16_t>> host_rows_;  // BF16 logits copied to the host
   int32_t decode_calls_ = 0;
+  int32_t verify_calls_ = 0;
   int32_t occupancy_calls_ = 0;
   int32_t gate_tick_ = 0;
   int32_t next_event_ = 2;

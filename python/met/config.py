@@ -32,3 +32,8 @@ class EngineConfig:
     # auto | float16 | bfloat16 | float32 (met.engine.kv_budget.kv_dtype): auto is float16 for
     # the C++ CPU forward (half the memory, as llama.cpp), the model's dtype otherwise.
     kv_cache_dtype: str = "auto"
+    # Prompt-lookup speculative decoding (docs/speculative.md): off | ngram (the gate runs it per
+    # batch width where it measures a gain) | ngram-forced (always, for measurement). Off by
+    # default: benchmarks/README.md shows where the gated mode still loses.
+    speculative: str = "off"
+    num_speculative_tokens: int = 4  # draft tokens per verify row at most

@@ -37,6 +37,7 @@ _MODEL = {
     "held_blocks": (int, 0),
     "reclaimable": (int, 0),
     "kv_exhaust_at": (list, 0),
+    "verify_exhaust_at": (list, 0),
 }
 _OPTIONS = {
     "max_batch_size": (int, 1),
@@ -44,6 +45,15 @@ _OPTIONS = {
     "max_batch_tokens": (int, 1),
     "max_seq_len": (int, 2),
     "eos_tokens": (list, 0),
+    "speculative": (str, None),
+    "num_speculative_tokens": (int, 0),
+    "ngram_min_match": (int, 1),
+    "ngram_max_match": (int, 1),
+}
+SPECULATIVE = {
+    "off": _core.SpecMode.Off,
+    "ngram": _core.SpecMode.Ngram,
+    "ngram-forced": _core.SpecMode.NgramForced,
 }
 _REQUEST = {
     "id": (int, 1),
@@ -60,7 +70,13 @@ _REQUEST = {
 }
 _REQUIRED_REQUEST = ("id", "prompt_len", "toks")
 _TOP = {"name", "model", "options", "requests"}
-_TYPE_NAMES = {int: "an integer", bool: "a boolean", float: "a number", list: "a list of integers"}
+_TYPE_NAMES = {
+    int: "an integer",
+    bool: "a boolean",
+    float: "a number",
+    list: "a list of integers",
+    str: "a string",
+}
 
 
 def _check(key: str, value: object, kind: type, minimum: int | None) -> object:
@@ -71,6 +87,10 @@ def _check(key: str, value: object, kind: type, minimum: int | None) -> object:
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     if not ok:
         raise ScenarioError(key, f"expected {_TYPE_NAMES[kind]}, got {type(value).__name__}")
+    if kind is str:
+        if value not in SPECULATIVE:
+            raise ScenarioError(key, f"expected one of {', '.join(SPECULATIVE)}, got {value!r}")
+        return SPECULATIVE[value]
     if kind is list:
         if any(v < 0 for v in value):
             raise ScenarioError(key, "entries must be non-negative")

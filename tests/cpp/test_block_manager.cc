@@ -59,6 +59,10 @@ struct Checked {
     bm.reset_prefix_cache();
     check();
   }
+  void rollback(uint64_t s, int32_t n) {
+    bm.rollback(s, n);
+    check();
+  }
   // A whole prefill: table from the cache, the rest allocated, every prompt token committed.
   int32_t prefill(uint64_t s, const Ids& prompt) {
     const int32_t cached = alloc(s, prompt);
@@ -246,6 +250,46 @@ TEST(BlockManager, CommitHashesOnlyNewlyCompletedFullBlocks) {
   EXPECT_EQ(m.bm.num_cached_blocks(), 1);
   EXPECT_EQ(m.alloc(2, seq_tokens(0, 9)), 4);
   EXPECT_EQ(m.table(2), (Ids{0}));
+}
+
+// A verify writes 1 + k positions before knowing how many stand: the table grows for all of
+// them, the rejected ones are rolled back (the blocks stay, to be overwritten), and only the
+// accepted tokens are ever committed, so a rejected token never reaches the prefix cache.
+TEST(BlockManager, VerifyRollbackKeepsBlocksAndHashesOnlyAcceptedTokens) {
+  Checked m(8, 4);
+  m.prefill(1, seq_tokens(0, 3));
+  ASSERT_TRUE(m.grow(1, 8));  // pending token + 4 drafts at positions 3..7
+  EXPECT_EQ(m.table(1), (Ids{0, 1}));
+  m.rollback(1, 5);  // pending + 1 accepted draft stand
+  EXPECT_EQ(m.table(1), (Ids{0, 1}));
+  EXPECT_EQ(m.bm.num_used_blocks(), 2);
+  const Ids accepted{0, 1, 2, 3, 4};
+  m.commit(1, accepted);  // block 0 (0 1 2 3) completes and is hashed; block 1 is not full
+  const Ids next = concat(accepted, Ids{50, 51, 52});  // the next forward overwrites 5..7
+  ASSERT_TRUE(m.grow(1, 8));
+  m.commit(1, next);
+  m.release(1);
+  EXPECT_EQ(m.bm.num_cached_blocks(), 2);
+  // The cache holds what stood, never a rejected draft: 0..3 then 4 50 51 52.
+  EXPECT_EQ(m.alloc(2, concat(next, Ids{9})), 8);
+  EXPECT_EQ(m.alloc(3, concat(seq_tokens(0, 8), Ids{9})), 4);
+}
+
+TEST(BlockManager, RollbackRefusesHashedSharedOrMissingPositions) {
+  Checked m(8, 4);
+  m.prefill(1, seq_tokens(0, 8));  // two full, hashed blocks
+  EXPECT_THROW(m.bm.rollback(1, 6), std::logic_error);
+  EXPECT_THROW(m.bm.rollback(1, 9), std::invalid_argument);
+  m.check();
+  EXPECT_NO_THROW(m.rollback(1, 8));
+  m.release(1);
+  m.alloc(2, seq_tokens(0, 9));  // shares block 0 with the cache entry, revived
+  ASSERT_TRUE(m.grow(2, 9));
+  m.alloc(3, seq_tokens(0, 5));
+  ASSERT_TRUE(m.grow(3, 5));
+  EXPECT_EQ(m.bm.ref_count(m.table(3)[0]), 2);
+  EXPECT_THROW(m.bm.rollback(3, 2), std::logic_error);  // block 0 is not its own to overwrite
+  EXPECT_NO_THROW(m.rollback(3, 4));
 }
 
 TEST(BlockManager, ConcurrentSamePrefixLeavesADuplicateUnhashed) {

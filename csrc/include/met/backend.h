@@ -9,6 +9,7 @@
 // Logits rows: each forward replaces the backend's logits rows. decode_batch: one row per input,
 // in the order given. mixed_forward(_batch): decode rows first, then one row per prefill slice
 // (row n_decode + i). prefill / prefill_chunk: row 0. prefill_batch_chunk: row i per slice.
+// decode_verify_batched: one row per input token, every position of every sequence in order.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,21 @@ class Backend {
   virtual void decode_batch(const std::vector<int32_t>& tokens, const std::vector<Sequence*>& seqs,
                             int32_t stream) = 0;
   virtual void commit_ctx(Sequence& /*seq*/, int32_t /*n*/, int32_t /*base*/, int32_t /*row*/) {}
+  // Speculative verify: sequence i takes 1 + ks[i] input tokens (its pending token, then its
+  // draft) from `tokens`, in order, written at positions seq_len.. of one forward; KV for every
+  // position is reserved before the forward runs (KvExhausted otherwise, nothing advanced).
+  // Every input position gets a logits row. With `argmax` the device argmax of every row comes
+  // back; without it nothing does and the rows are read with copy_logits_to_host/sample_rows.
+  // A draft row's tokens are not final: they must not enter the prefix cache before
+  // commit_accepted_prefix says how many stand.
+  virtual std::vector<int32_t> decode_verify_batched(const std::vector<int32_t>& tokens,
+                                                     const std::vector<int32_t>& ks,
+                                                     const std::vector<Sequence*>& seqs,
+                                                     int32_t stream, bool argmax) = 0;
+  // After a verify of `k` drafts: the first `na` input tokens (1 + accepted drafts) stand; the
+  // rest are rolled back (seq_len and tokens shrink by k + 1 - na, the block table keeps its
+  // blocks and the rejected positions are overwritten by the next forward, never read).
+  virtual void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) = 0;
   virtual void normalize_ssm_states(Sequence& /*seq*/, int32_t /*stream*/) {}
   virtual void poll_innerq() {}
   virtual void decode_marconi_checkpoint(Sequence& /*seq*/) {}

@@ -69,6 +69,14 @@ class BlockManager {
   void commit(uint64_t seq, const std::vector<int32_t>& tokens);
   void commit(uint64_t seq, const int32_t* tokens, size_t n);
 
+  // After a speculative verify rejected the tail of what was written: `seq` now holds
+  // `num_tokens` valid tokens. Transition: none; every block stays in the table (tables only
+  // grow) as used(ref 1, unhashed), and the rejected positions are overwritten by the next
+  // tokens. std::logic_error if a block covering a rolled-back position is hashed (commit() ran
+  // past the accepted tokens) or shared (its KV is not this sequence's to overwrite);
+  // std::invalid_argument if the table does not reach num_tokens.
+  void rollback(uint64_t seq, int32_t num_tokens);
+
   // Drops `seq`'s refs and removes its table. Transition per block: used(ref r > 1) -> used(ref
   // r-1); used(ref 1, hashed) -> free(cached), back of the list; used(ref 1, unhashed) ->
   // free(plain), front of the list.

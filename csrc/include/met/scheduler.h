@@ -17,9 +17,22 @@
 
 #include "met/backend.h"
 #include "met/effects.h"
+#include "met/ngram_proposer.h"
+#include "met/spec_gate.h"
 #include "met/types.h"
 
 namespace met {
+
+// Speculative decoding with prompt-lookup drafts: Off runs the plain decode strategy (the
+// golden traces), Ngram lets the gate decide per batch width, NgramForced always drafts k.
+enum class SpecMode { Off, Ngram, NgramForced };
+
+struct SpecConfig {
+  SpecMode mode = SpecMode::Off;
+  int32_t k = 4;  // draft tokens per verify row at most
+  NgramConfig ngram;
+  GateConfig gate;
+};
 
 struct SchedulerConfig {
   int32_t max_batch_size = 8;
@@ -27,6 +40,20 @@ struct SchedulerConfig {
   int32_t max_batch_tokens = 8192;
   int32_t max_seq_len = 4096;
   std::vector<int32_t> eos_tokens{63};
+  SpecConfig spec;
+};
+
+// What speculation did so far (all zero with SpecMode::Off).
+struct SpecStats {
+  int64_t drafted = 0;       // draft tokens sent to verify forwards
+  int64_t accepted = 0;      // of those, accepted
+  int64_t verify_steps = 0;  // decode steps that verified at least one draft
+  int64_t verify_rows = 0;   // decode rows that carried a draft
+  int64_t plain_steps = 0;   // decode steps without any draft
+  int64_t gate_switches = 0;
+  int64_t gate_probes = 0;
+  double proposer_seconds = 0;  // wall time spent proposing (a metric only: no decision reads it)
+  std::vector<int32_t> gate_plain_buckets;  // width buckets the gate runs without speculation
 };
 
 struct Request {
@@ -47,6 +74,7 @@ struct ClientEvent {
   std::string finish_reason;   // Done: stop | length | timeout
   int32_t n = 0, think = 0, cached = 0, acc = 0;
   std::string guard;            // Done: "" = None, else the guard that ended it (request_timeout)
+  std::string spec_off;         // Done: why this request ran without speculation ("" if it did)
   std::string error;            // Error
   std::vector<int32_t> output;  // Done: every output token (incl. a final stop token)
   int32_t logprobs = 0;         // Done: output tokens that carried logprobs
@@ -90,6 +118,9 @@ std::vector<int64_t> compaction_targets(const std::vector<int64_t>& slots,
 struct Live;
 class DecodeStrategy;
 
+// Why a request with these parameters runs without speculation under `mode` ("": it drafts).
+std::string spec_off_reason(SpecMode mode, const SamplingParams& p);
+
 class Scheduler {
  public:
   Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink = nullptr);
@@ -104,6 +135,7 @@ class Scheduler {
   TickResult tick(double now);
   std::vector<ClientEvent> take_events();
   SchedulerStats stats() const;
+  SpecStats spec_stats() const;
 
   // What a decode strategy may do to the tick it runs in (see scheduler_decode.cpp).
   Backend& backend() { return backend_; }
@@ -113,6 +145,10 @@ class Scheduler {
                                       std::vector<int32_t> argmax);
   void accept_token(Live& live, const SampledToken& tok);
   void preempt(Live& victim);
+  // The host-sampling row of `live`'s token `ahead` positions past its next one, read from
+  // logits row `row` (a verify row samples each position with the request's own seed and step).
+  SampleRow sample_row(const Live& live, int32_t row, int32_t ahead) const;
+  const SchedulerConfig& config() const { return cfg_; }
 
  private:
   enum class Lane { Continue, SkipRest };
@@ -141,10 +177,10 @@ class Scheduler {
   void promote(LivePtr live, const SampledToken& tok);
 
   // decode lane (scheduler_decode.cpp)
-  void decode_lane();
+  void decode_lane(bool alone);
   std::vector<Live*> decode_rows();
   std::vector<SampledToken> read_back_direct(const std::vector<Live*>& rows);
-  bool floor_active(const Live& live) const;
+  bool floor_active(const Live& live, int32_t ahead = 0) const;
   bool is_stop(const Live& live, int32_t token) const;
   void emit_token(const Live& live, const SampledToken& tok, bool with_logprobs);
 

@@ -34,6 +34,11 @@ from met.sampling import SamplingParams
 
 # max_num_seqs when not set, by device type (config.py says why they differ).
 _DEFAULT_MAX_NUM_SEQS = {"cpu": 8, "cuda": 64}
+SPECULATIVE = {
+    "off": _core.SpecMode.Off,
+    "ngram": _core.SpecMode.Ngram,
+    "ngram-forced": _core.SpecMode.NgramForced,
+}
 
 
 @dataclass
@@ -134,7 +139,20 @@ class EngineCore:
         cfg.max_batch_tokens = self.config.max_batch_tokens
         cfg.max_seq_len = self.max_model_len
         cfg.eos_tokens = list(self.tokenizer.eos_token_ids)
+        cfg.speculative = self._speculative()
+        cfg.num_speculative_tokens = self.config.num_speculative_tokens
         return cfg
+
+    def _speculative(self) -> _core.SpecMode:
+        setting = self.config.speculative
+        if setting not in SPECULATIVE:
+            raise ValueError(f"speculative: {', '.join(SPECULATIVE)}; not {setting!r}")
+        if self.config.num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens: must be at least 1")
+        # The worker ranks mirror rank 0's forwards call by call and have no verify forward.
+        if self.config.tensor_parallel_size > 1:
+            return _core.SpecMode.Off
+        return SPECULATIVE[setting]
 
     @property
     def model_name(self) -> str:

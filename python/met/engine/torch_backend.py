@@ -23,11 +23,14 @@ from met.model.sampler import SampleSpec, sample
 
 @dataclass
 class _Row:
-    """One row of a packed forward: `tokens` written at positions start.. of `seq`."""
+    """One row of a packed forward: `tokens` written at positions start.. of `seq`. A draft
+    row's tokens are not final until the scheduler says how many stand (commit_accepted_prefix),
+    so its blocks are not hashed into the prefix cache before that."""
 
     seq: _core.Sequence
     tokens: list[int]
     start: int
+    draft: bool = False
 
 
 class TorchBackend(_core.Backend):
@@ -154,11 +157,36 @@ class TorchBackend(_core.Backend):
     def _decode_rows(seqs, tokens) -> list[_Row]:
         return [_Row(seq, [int(tok)], seq.seq_len) for seq, tok in zip(seqs, tokens, strict=True)]
 
-    def _forward(self, rows: list[_Row], stream: int) -> None:
+    def decode_verify_batched(self, tokens, ks, seqs, stream, argmax) -> list[int]:
+        """Every position of every row gets a logits row (row i of the forward is packed token
+        i). The packed forward computes each token's row on its own, so a verify position's
+        logits are the ones a one-token decode at that position would give."""
+        rows, off = [], 0
+        for seq, k in zip(seqs, ks, strict=True):
+            rows.append(_Row(seq, [int(t) for t in tokens[off : off + 1 + k]], seq.seq_len, k > 0))
+            off += 1 + k
+        self._forward(rows, stream, every_position=True)
+        if not argmax:
+            return []
+        with self._on(stream):
+            return self._logits.argmax(dim=-1).tolist()
+
+    def commit_accepted_prefix(self, seq: _core.Sequence, na: int, k: int) -> None:
+        seq_id = seq.session_hash
+        history = self._history[seq_id]
+        del history[len(history) - (k + 1 - na) :]
+        seq.seq_len = len(history)
+        self.blocks.rollback(seq_id, len(history))
+        self.blocks.commit(seq_id, history)
+
+    def _forward(self, rows: list[_Row], stream: int, every_position: bool = False) -> None:
         tables = [self._reserve(row) for row in rows]
         self._logits_stream = stream
         with self._on(stream):
-            if self._forward_rows is not None:
+            if every_position:
+                self._logits = self._run_model(self._pack(rows, tables, every_position=True))
+                self._greedy = None
+            elif self._forward_rows is not None:
                 starts = [row.start for row in rows]
                 self._logits, self._greedy = self._forward_rows(
                     [row.tokens for row in rows], starts, tables
@@ -172,7 +200,9 @@ class TorchBackend(_core.Backend):
     def _run_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model.forward(self.kv_cache, **inputs)
 
-    def _pack(self, rows: list[_Row], tables: list[list[int]]) -> dict[str, torch.Tensor]:
+    def _pack(
+        self, rows: list[_Row], tables: list[list[int]], every_position: bool = False
+    ) -> dict[str, torch.Tensor]:
         """Packs variable-length rows into the flat tensors of one batched paged forward."""
         block_size = self.blocks.block_size()
         ids, positions, slots, query_lens = [], [], [], []
@@ -197,7 +227,9 @@ class TorchBackend(_core.Backend):
             "block_tables": torch.tensor(padded, **as_int),
             "seq_lens": torch.tensor([r.start + len(r.tokens) for r in rows], **as_int),
             "cu_seqlens": torch.tensor(cu, **as_int),
-            "logits_rows": torch.tensor([c - 1 for c in cu[1:]], **as_long),
+            "logits_rows": torch.tensor(
+                range(cu[-1]) if every_position else [c - 1 for c in cu[1:]], **as_long
+            ),
         }
 
     def _reserve(self, row: _Row) -> list[int]:
@@ -218,7 +250,7 @@ class TorchBackend(_core.Backend):
         row.seq.seq_len = len(history)
         row.seq.block_table = table
         block_size = self.blocks.block_size()
-        if len(history) // block_size > row.start // block_size:
+        if not row.draft and len(history) // block_size > row.start // block_size:
             self.blocks.commit(seq_id, history)
 
     # --- readback ---

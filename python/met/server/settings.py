@@ -32,6 +32,7 @@ TOOL_CALL_PARSERS = (  # met.chat.setup.TOOL_FORMATS, with auto and none
     "generic",
 )
 REASONING_PARSERS = ("auto", "none", "qwen3", "deepseek_r1")  # met.chat.setup.REASONING_PARSERS
+SPECULATIVE = ("off", "ngram", "ngram-forced")  # met.engine.core.SPECULATIVE
 WEIGHT_FORMATS = (
     "auto",
     "dequantized",
@@ -141,6 +142,16 @@ _OPTIONS = (
         int,
         "thinking budget per request; then the end of thinking is forced (default: none)",
         minimum=0,
+    ),
+    _Option(
+        "speculative",
+        str,
+        "prompt-lookup speculative decoding: ngram (gated), ngram-forced, off",
+        True,
+        choices=SPECULATIVE,
+    ),
+    _Option(
+        "num_speculative_tokens", int, "draft tokens verified per step at most", True, minimum=1
     ),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
     _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),

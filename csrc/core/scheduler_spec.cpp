@@ -1,0 +1,190 @@
+// The speculative decode strategy: prompt-lookup drafts, one verify forward, the gate.
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "met/scheduler.h"
+#include "scheduler_internal.h"
+
+namespace met {
+namespace {
+
+// A decode step in which every row with a draft carries 1 + k tokens (its pending token, then
+// the draft) through one forward, next to plain rows (k = 0). Row outputs are read back exactly
+// as a plain step would (device argmax, or each position sampled on the host with the request's
+// own sampler at its own step), and accepted left to right while the model agrees with the
+// draft: greedy and seeded output is the plain step's, token for token. When no row has a
+// draft the step is the plain one, call for call.
+class SpecDecode : public DecodeStrategy {
+ public:
+  explicit SpecDecode(const SpecConfig& cfg)
+      : cfg_(cfg), gate_(cfg.gate), plain_(make_plain_decode()) {}
+
+  void admit(Live& live) override {
+    if (!live.spec_off.empty()) return;
+    live.proposer = std::make_unique<NgramProposer>(cfg_.ngram);
+    live.proposer->append(live.req.prompt);
+    live.proposer->append(live.output);
+  }
+
+  void begin_tick(double now) override {
+    if (pending_.valid && now > last_now_) {
+      gate_.observe(pending_.bucket, pending_.mode, pending_.tokens, now - last_now_);
+    }
+    pending_ = {};
+    last_now_ = now;
+  }
+
+  void end_tick(bool continues) override {
+    if (!continues) pending_ = {};
+  }
+
+  void step(Scheduler& sched, std::vector<Live*> rows, bool alone) override {
+    const auto width = static_cast<int32_t>(rows.size());
+    const int32_t bucket = SpecGate::bucket(width);
+    const bool forced = cfg_.mode == SpecMode::NgramForced;
+    const GateMode mode = forced ? GateMode::Spec : gate_.choose(bucket);
+    const int32_t k = forced ? cfg_.k : SpecGate::draft_len(width, cfg_.k);
+    std::vector<std::vector<int32_t>> drafts(rows.size());
+    bool any = false;
+    if (mode == GateMode::Spec && k > 0) any = propose(sched, rows, k, drafts);
+    const int64_t before = delivered(rows);
+    if (!any || !verify(sched, rows, drafts)) {
+      ++stats_.plain_steps;
+      plain_->step(sched, rows, alone);
+    }
+    // Preempted rows delivered nothing; what the others delivered is what the step is worth.
+    if (alone) pending_ = {true, bucket, mode, static_cast<int32_t>(delivered(rows) - before)};
+  }
+
+  SpecStats stats() const override {
+    SpecStats s = stats_;
+    s.gate_switches = gate_.switches();
+    s.gate_probes = gate_.probes();
+    for (int32_t b = 0; b < 16; ++b) {
+      if (gate_.mode(b) == GateMode::Plain) s.gate_plain_buckets.push_back(b);
+    }
+    return s;
+  }
+
+ private:
+  struct Pending {
+    bool valid = false;
+    int32_t bucket = 0;
+    GateMode mode = GateMode::Spec;
+    int32_t tokens = 0;
+  };
+
+  static int64_t delivered(const std::vector<Live*>& rows) {
+    int64_t n = 0;
+    for (const Live* r : rows) n += static_cast<int64_t>(r->output.size());
+    return n;
+  }
+
+  // A draft never reaches past max_tokens (the last token of a request is never a draft's
+  // bonus) nor past the context: its k + 1 positions must all exist.
+  static int32_t room(const Scheduler& sched, const Live& l, int32_t k) {
+    const int32_t used = l.prompt_len() + static_cast<int32_t>(l.output.size());
+    return std::max(0, std::min({k, l.remaining() - 1, sched.config().max_seq_len - used - 1}));
+  }
+
+  bool propose(const Scheduler& sched, const std::vector<Live*>& rows, int32_t k,
+               std::vector<std::vector<int32_t>>& drafts) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bool any = false;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Live& l = *rows[i];
+      if (!l.proposer) continue;
+      drafts[i] = l.proposer->propose(room(sched, l, k));
+      any = any || !drafts[i].empty();
+    }
+    stats_.proposer_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return any;
+  }
+
+  // False when the verify forward could not get its KV: nothing advanced, and the plain step
+  // (which preempts on exhaustion) runs instead.
+  bool verify(Scheduler& sched, const std::vector<Live*>& rows,
+              const std::vector<std::vector<int32_t>>& drafts) {
+    std::vector<int32_t> tokens, ks;
+    std::vector<Sequence*> seqs;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      seqs.push_back(&rows[i]->seq);
+      tokens.push_back(rows[i]->pending);
+      tokens.insert(tokens.end(), drafts[i].begin(), drafts[i].end());
+      ks.push_back(static_cast<int32_t>(drafts[i].size()));
+    }
+    const Readback plan = sched.readback_plan(rows);
+    Backend& be = sched.backend();
+    std::vector<int32_t> argmax;
+    try {
+      argmax = be.decode_verify_batched(tokens, ks, seqs, kDecodeStream, plan == Readback::Argmax);
+    } catch (const KvExhausted&) {
+      return false;
+    }
+    const std::vector<SampledToken> picks = read(sched, rows, ks, plan, std::move(argmax));
+    ++stats_.verify_steps;
+    size_t base = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      accept(sched, *rows[i], drafts[i], picks, base);
+      base += 1 + drafts[i].size();
+    }
+    return true;
+  }
+
+  static std::vector<SampledToken> read(Scheduler& sched, const std::vector<Live*>& rows,
+                                        const std::vector<int32_t>& ks, Readback plan,
+                                        std::vector<int32_t> argmax) {
+    std::vector<SampledToken> out;
+    if (plan == Readback::Argmax) {
+      for (int32_t t : argmax) out.push_back(SampledToken{t, 0.0f, {}});
+      return out;
+    }
+    std::vector<SampleRow> srows;
+    int32_t row = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (int32_t j = 0; j <= ks[i]; ++j) srows.push_back(sched.sample_row(*rows[i], row++, j));
+    }
+    sched.backend().copy_logits_to_host(0, row);
+    return sched.backend().sample_rows(srows);
+  }
+
+  // Tokens are taken in order, each through the plain step's per-token processing (stop tokens,
+  // max_tokens, context ceiling, cancellation), until one ends the request or differs from the
+  // draft; then the sequence keeps the KV of the inputs that produced them and no more.
+  void accept(Scheduler& sched, Live& l, const std::vector<int32_t>& draft,
+              const std::vector<SampledToken>& picks, size_t base) {
+    const auto k = static_cast<int32_t>(draft.size());
+    int32_t taken = 0;
+    for (int32_t j = 0; j <= k; ++j) {
+      const size_t before = l.output.size();
+      const SampledToken& tok = picks.at(base + static_cast<size_t>(j));
+      sched.accept_token(l, tok);
+      ++taken;
+      if (l.finished || l.output.size() == before) break;
+      if (j == k || tok.token != draft[static_cast<size_t>(j)]) break;
+    }
+    if (k == 0) return;
+    ++stats_.verify_rows;
+    stats_.drafted += k;
+    stats_.accepted += taken - 1;
+    l.acc += taken - 1;
+    sched.backend().commit_accepted_prefix(l.seq, taken, k);
+  }
+
+  SpecConfig cfg_;
+  SpecGate gate_;
+  std::unique_ptr<DecodeStrategy> plain_;
+  SpecStats stats_;
+  Pending pending_;
+  double last_now_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DecodeStrategy> make_spec_decode(const SpecConfig& cfg) {
+  return std::make_unique<SpecDecode>(cfg);
+}
+
+}  // namespace met
