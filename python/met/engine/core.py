@@ -6,6 +6,7 @@ import ctypes
 import itertools
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -93,6 +94,8 @@ class EngineCore:
         self._live: dict[int, _Live] = {}
         self._by_name: dict[str, int] = {}
         self.generated_tokens_total = 0
+        # Finished requests that ran without speculation, by reason (met_spec_requests_off_total).
+        self.spec_off_requests: Counter[str] = Counter()
         self._token_bytes: list[bytes] | None = None  # JSON mode's table, built when first asked
         _return_free_heap()
 
@@ -235,6 +238,8 @@ class EngineCore:
                 self._forget(event.request_id)
             return delta
         self._forget(event.request_id)
+        if kind == _core.ClientEvent.Kind.Done and event.spec_off:
+            self.spec_off_requests[event.spec_off] += 1
         if state.finished:
             return None
         if kind == _core.ClientEvent.Kind.Done:

@@ -1,0 +1,113 @@
+"""Speculative decoding is exact: greedy and seeded output with prompt-lookup drafts equals the
+plain engine's token for token (default model through the C++ forward, a random model through
+the torch forward), stops and limits land where they do without drafts, logprobs come from the
+row that produced each token, and penalised requests run without drafts (and say so)."""
+
+from __future__ import annotations
+
+import pytest
+from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
+
+import met
+from met.sampling import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+CODE = "\n".join(
+    f"def compute_{i}(value):\n    result = value * {i}\n    return result + {i}\n"
+    for i in range(6)
+)
+COPY = [
+    f"Rename compute to calc in this code and print the whole file:\n{code}"
+    for code in (CODE, CODE.replace("value", "x"))
+] + ["Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox."]
+
+
+@pytest.fixture(scope="module")
+def engines(default_model_path) -> dict[str, met.LLM]:
+    path = str(default_model_path)
+    return {
+        mode: met.LLM(model=path, max_prefill_tokens=64, speculative=mode)
+        for mode in ("off", "ngram-forced")
+    }
+
+
+def _ids(llm: met.LLM, text: str) -> list[int]:
+    return llm.tokenizer.encode_chat([{"role": "user", "content": text}])
+
+
+def _run(llm: met.LLM, prompts: list[str], params: SamplingParams):
+    return llm.generate(prompt_token_ids=[_ids(llm, p) for p in prompts], sampling_params=params)
+
+
+def _accepted(llm: met.LLM) -> int:
+    return llm.engine.scheduler.spec_stats().accepted
+
+
+def _same(a, b) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert x.token_ids == y.token_ids
+        assert x.finish_reason == y.finish_reason
+        assert x.text == y.text
+
+
+def test_greedy_batch_is_token_for_token_the_plain_output(engines) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=40)
+    before = _accepted(engines["ngram-forced"])
+    plain = _run(engines["off"], COPY + ["Write a story about a cat."], params)
+    spec = _run(engines["ngram-forced"], COPY + ["Write a story about a cat."], params)
+    _same(plain, spec)
+    assert _accepted(engines["ngram-forced"]) > before  # drafts were verified and taken
+    engines["ngram-forced"].engine.blocks.check_invariants()
+
+
+def test_seeded_sampling_and_logprobs_are_unchanged(engines) -> None:
+    params = SamplingParams(temperature=0.7, seed=11, max_tokens=32, logprobs=2)
+    plain = _run(engines["off"], COPY[:2], params)
+    spec = _run(engines["ngram-forced"], COPY[:2], params)
+    _same(plain, spec)
+    for x, y in zip(plain, spec, strict=True):
+        assert x.outputs[0].logprobs == y.outputs[0].logprobs
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=7),
+        SamplingParams(temperature=0.0, max_tokens=60, stop=["calc_2"]),
+        SamplingParams(temperature=0.0, max_tokens=60, stop_token_ids=[28]),
+    ],
+    ids=["max_tokens", "stop_string", "stop_token"],
+)
+def test_limits_and_stops_end_where_they_do_without_drafts(engines, params) -> None:
+    _same(_run(engines["off"], COPY[:1], params), _run(engines["ngram-forced"], COPY[:1], params))
+
+
+def test_penalised_requests_run_without_drafts_and_say_why(engines) -> None:
+    llm = engines["ngram-forced"]
+    params = SamplingParams(temperature=0.0, max_tokens=16, frequency_penalty=0.5)
+    before_drafted = llm.engine.scheduler.spec_stats().drafted
+    before_off = llm.engine.spec_off_requests["penalties"]
+    _same(_run(engines["off"], COPY[2:], params), _run(llm, COPY[2:], params))
+    assert llm.engine.scheduler.spec_stats().drafted == before_drafted
+    assert llm.engine.spec_off_requests["penalties"] == before_off + 1
+
+
+def test_random_model_torch_forward_greedy_identity(tmp_path) -> None:
+    config = tiny_config(vocab=256)
+    save_hf_folder(tmp_path, config, random_weights(config, seed=5))
+    (tmp_path / "tokenizer.json").write_text(byte_tokenizer_json())
+    # Prompts that repeat themselves draft on every step; a random model rejects most drafts, so
+    # rollbacks run all the time.
+    prompts = [[30 + (j % (3 + i)) for j in range(40)] for i in range(4)]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    outs = {}
+    for mode in ("off", "ngram-forced"):
+        llm = met.LLM(
+            str(tmp_path), "float32", device="cpu", max_prefill_tokens=16, speculative=mode
+        )
+        outs[mode] = llm.generate(prompt_token_ids=prompts, sampling_params=params)
+        llm.engine.blocks.check_invariants()
+        if mode != "off":
+            assert llm.engine.scheduler.spec_stats().verify_steps > 0
+    _same(outs["off"], outs["ngram-forced"])
