@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from met.engine.outputs import EngineStats
+from met.engine.outputs import EngineStats, SpecStats
 from met.server.errors import APIError, from_value_error, location_to_param
 from met.server.generation import fit_max_tokens
 from met.server.metrics import ServerMetrics, api_label
@@ -145,6 +145,32 @@ def test_metrics_engine_gauges_read_at_scrape_time() -> None:
     samples = _samples(ServerMetrics(lambda: (stats, True)))
     assert samples[("met_ready", ())] == 1 and samples[("met_num_requests_running", ())] == 2
     assert samples[("met_kv_cache_usage_ratio", ())] == 0.25
+
+
+def test_metrics_speculation_only_when_on() -> None:
+    assert ("met_spec_draft_tokens_total", ()) not in _samples(
+        ServerMetrics(lambda: (EngineStats(), True))
+    )
+    spec = SpecStats(
+        mode="ngram",
+        drafted=40,
+        accepted=30,
+        verify_steps=9,
+        verify_rows=10,
+        gate_switches=1,
+        gate_plain_buckets=[3],
+        requests_off={"penalties": 2},
+    )
+    samples = _samples(ServerMetrics(lambda: (EngineStats(speculation=spec), True)))
+    assert samples[("met_spec_draft_tokens_total", ())] == 40
+    assert samples[("met_spec_accepted_tokens_total", ())] == 30
+    assert samples[("met_spec_verify_steps_total", ())] == 9
+    assert samples[("met_spec_mean_accepted_length", ())] == 3.0
+    assert samples[("met_spec_gate_switches_total", ())] == 1
+    assert samples[("met_spec_gate_speculating", (("width", "1"),))] == 1
+    assert samples[("met_spec_gate_speculating", (("width", "5-8"),))] == 0
+    assert samples[("met_spec_requests_off_total", (("reason", "penalties"),))] == 2
+    assert samples[("met_spec_requests_off_total", (("reason", "grammar"),))] == 0
 
 
 def test_api_labels() -> None:

@@ -87,10 +87,10 @@ def test_penalised_requests_run_without_drafts_and_say_why(engines) -> None:
     llm = engines["ngram-forced"]
     params = SamplingParams(temperature=0.0, max_tokens=16, frequency_penalty=0.5)
     before_drafted = llm.engine.scheduler.spec_stats().drafted
-    before_off = llm.engine.spec_off_requests["penalties"]
+    before_off = llm.engine.stats().speculation.requests_off.get("penalties", 0)
     _same(_run(engines["off"], COPY[2:], params), _run(llm, COPY[2:], params))
     assert llm.engine.scheduler.spec_stats().drafted == before_drafted
-    assert llm.engine.spec_off_requests["penalties"] == before_off + 1
+    assert llm.engine.stats().speculation.requests_off["penalties"] == before_off + 1
 
 
 def test_random_model_torch_forward_greedy_identity(tmp_path) -> None:

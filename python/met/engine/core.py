@@ -23,7 +23,7 @@ from met.engine.kv_budget import (
     pool_shape,
 )
 from met.engine.output import RequestOutputState
-from met.engine.outputs import CompletionDelta, EngineStats, TokenLogprob
+from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
 from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
 from met.model.cpu_llama import unsupported_reason as cpu_unsupported_reason
@@ -142,7 +142,7 @@ class EngineCore:
         cfg.max_batch_tokens = self.config.max_batch_tokens
         cfg.max_seq_len = self.max_model_len
         cfg.eos_tokens = list(self.tokenizer.eos_token_ids)
-        cfg.speculative = self._speculative()
+        cfg.speculative = self._spec_mode = self._speculative()
         cfg.num_speculative_tokens = self.config.num_speculative_tokens
         return cfg
 
@@ -280,6 +280,24 @@ class EngineCore:
             prefix_cache_hit_tokens=self.blocks.prefix_hit_tokens(),
             generated_tokens_total=self.generated_tokens_total,
             requests=requests,
+            speculation=self._spec_stats(),
+        )
+
+    def _spec_stats(self) -> SpecStats | None:
+        if self._spec_mode == _core.SpecMode.Off:
+            return None
+        s = self.scheduler.spec_stats()
+        return SpecStats(
+            mode=self.config.speculative,
+            drafted=s.drafted,
+            accepted=s.accepted,
+            verify_steps=s.verify_steps,
+            verify_rows=s.verify_rows,
+            gate_switches=s.gate_switches,
+            gate_probes=s.gate_probes,
+            proposer_seconds=s.proposer_seconds,
+            gate_plain_buckets=list(s.gate_plain_buckets),
+            requests_off=dict(self.spec_off_requests),
         )
 
     def idle(self) -> None:

@@ -42,6 +42,30 @@ class EngineStats:
     prefix_cache_hit_tokens: int = 0
     generated_tokens_total: int = 0
     requests: list[dict] = field(default_factory=list)  # id, state, prompt/generated tokens, age
+    speculation: SpecStats | None = None  # None: speculation off
+
+
+@dataclass
+class SpecStats:
+    """Prompt-lookup speculation so far (cumulative since the engine started)."""
+
+    mode: str = "off"  # ngram | ngram-forced
+    drafted: int = 0  # draft tokens verified
+    accepted: int = 0  # of those, accepted
+    verify_steps: int = 0  # decode steps that verified a draft
+    verify_rows: int = 0  # sequences' rows that carried one
+    gate_switches: int = 0
+    gate_probes: int = 0
+    proposer_seconds: float = 0.0
+    # Width buckets (0: 1 row, 1: 2, 2: 3-4, 3: 5-8, ...) the gate runs without drafts.
+    gate_plain_buckets: list[int] = field(default_factory=list)
+    # Finished requests that ran without drafts, by reason (penalties, grammar).
+    requests_off: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Draft tokens accepted per row that carried a draft."""
+        return self.accepted / self.verify_rows if self.verify_rows else 0.0
 
 
 class QueueFullError(RuntimeError):

@@ -14,11 +14,11 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from met.engine.outputs import EngineStats
+from met.engine.outputs import EngineStats, SpecStats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -92,6 +92,47 @@ class _EngineCollector(Collector):
         )
         for name, help_text, value in gauges:
             yield GaugeMetricFamily(name, help_text, value=value)
+        if stats.speculation is not None:
+            yield from _spec_metrics(stats.speculation)
+
+
+# Width buckets the gate keeps apart, labelled by the decode widths each covers.
+_WIDTHS = ("1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128")
+
+
+def _spec_metrics(spec: SpecStats) -> Iterator[Metric]:
+    counters = (
+        ("met_spec_draft_tokens", "Draft tokens verified.", spec.drafted),
+        ("met_spec_accepted_tokens", "Draft tokens accepted.", spec.accepted),
+        ("met_spec_verify_steps", "Decode steps that verified drafts.", spec.verify_steps),
+        ("met_spec_gate_switches", "Times the gate switched a width bucket.", spec.gate_switches),
+        ("met_spec_gate_probes", "Probes of the other mode by the gate.", spec.gate_probes),
+        ("met_spec_proposer_seconds", "Wall time spent proposing drafts.", spec.proposer_seconds),
+    )
+    for name, help_text, value in counters:
+        yield CounterMetricFamily(name, help_text, value=value)
+    yield GaugeMetricFamily(
+        "met_spec_mean_accepted_length",
+        "Draft tokens accepted per sequence row that carried a draft.",
+        value=spec.mean_accepted_length,
+    )
+    mode = GaugeMetricFamily(
+        "met_spec_gate_speculating",
+        "1 where the gate runs this decode width with drafts, 0 where without.",
+        labels=("width",),
+    )
+    for bucket, width in enumerate(_WIDTHS):
+        on = spec.mode == "ngram-forced" or bucket not in spec.gate_plain_buckets
+        mode.add_metric((width,), int(on))
+    yield mode
+    off = CounterMetricFamily(
+        "met_spec_requests_off",
+        "Finished requests that ran without speculation, by reason.",
+        labels=("reason",),
+    )
+    for reason in ("penalties", "grammar"):
+        off.add_metric((reason,), spec.requests_off.get(reason, 0))
+    yield off
 
 
 def _total(metric: Counter, keep: Callable[[dict[str, str]], bool] = lambda _: True) -> float:
