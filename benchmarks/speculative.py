@@ -1,0 +1,179 @@
+"""Prompt-lookup speculative decoding: met's own speculative / plain ratio per workload class.
+
+For every class of benchmarks/_spec_workloads.py (copy-heavy: code rename, JSON rewrite, summary
+with quotes, RAG answer, revise-your-answer; negative controls: a story, a first-turn question)
+the same fixed prompts run greedy through three engines on the same GGUF file: speculation off,
+`ngram` (gated, the mode a server would run) and `ngram-forced` (always drafting), at
+concurrency 1 and 8. Figures per class: the copy fraction (share of the plain output's tokens
+completing a 4-gram of the prompt), the median decode tokens/s per request (tokens after the
+first over the time from the first token to the last), acceptance rate (accepted / drafted
+tokens) and mean accepted length (accepted draft tokens per row that carried a draft), the
+ratio of each speculative mode to plain, and greedy identity (share of requests whose tokens
+equal the plain run's). Never asserts.
+
+    PYTHONPATH=python python benchmarks/speculative.py [--prompts 20] [--max-tokens 128]
+        [--classes code_rename,story] [--json FILE]
+
+The modes of one class run back to back, so the shared machine's drift hits them alike; still,
+on a loaded machine expect a few percent of noise in every ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _spec_workloads import CLASSES, copy_fraction, prompts  # noqa: E402
+
+from met.config import EngineConfig  # noqa: E402
+from met.engine.core import EngineCore  # noqa: E402
+from met.sampling import SamplingParams  # noqa: E402
+
+MODES = ("off", "ngram", "ngram-forced")
+CONCURRENCY = (1, 8)
+
+
+@dataclass
+class _Request:
+    index: int
+    tokens: list[int] = field(default_factory=list)
+    first: float | None = None
+    last: float = 0.0
+
+    def decode_rate(self) -> float | None:
+        if self.first is None or len(self.tokens) < 2 or self.last <= self.first:
+            return None
+        return (len(self.tokens) - 1) / (self.last - self.first)
+
+
+def _drive(engine: EngineCore, batch: list[list[int]], params: SamplingParams, width: int, tag):
+    """Runs every prompt with at most `width` in flight; the requests in prompt order."""
+    waiting = list(enumerate(batch))
+    running: dict[str, _Request] = {}
+    done: dict[int, _Request] = {}
+    while waiting or running:
+        while waiting and len(running) < width:
+            i, ids = waiting.pop(0)
+            name = f"{tag}-{i}"
+            engine.add_request(name, ids, params)
+            running[name] = _Request(i)
+        for delta in engine.step():
+            req = running[delta.request_id]
+            now = time.perf_counter()
+            if delta.token_ids:
+                req.first = now if req.first is None else req.first
+                req.tokens.extend(delta.token_ids)
+                req.last = now
+            if delta.finished:
+                done[req.index] = running.pop(delta.request_id)
+    return [done[i] for i in range(len(batch))]
+
+
+def _spec_counts(engine: EngineCore) -> tuple[int, int, int]:
+    s = engine.scheduler.spec_stats()
+    return s.drafted, s.accepted, s.verify_rows
+
+
+def _measure(engine: EngineCore, batch, params, width: int, tag: str) -> dict:
+    before = _spec_counts(engine)
+    start = time.perf_counter()
+    reqs = _drive(engine, batch, params, width, tag)
+    wall = time.perf_counter() - start
+    drafted, accepted, rows = (a - b for a, b in zip(_spec_counts(engine), before, strict=True))
+    rates = [r for r in (q.decode_rate() for q in reqs) if r is not None]
+    return {
+        "decode_tok_s": statistics.median(rates) if rates else 0.0,
+        "aggregate_tok_s": sum(len(q.tokens) for q in reqs) / wall,
+        "acceptance": accepted / drafted if drafted else 0.0,
+        "mean_accepted": accepted / rows if rows else 0.0,
+        "tokens": [q.tokens for q in reqs],
+    }
+
+
+def _engine(model: str | None, mode: str, k: int) -> EngineCore:
+    config = EngineConfig(
+        model=model,
+        max_num_seqs=max(CONCURRENCY),
+        enable_prefix_cache=False,  # every run computes its prompts, none reuses another's
+        speculative=mode,
+        num_speculative_tokens=k,
+    )
+    return EngineCore(config)
+
+
+def run(args: argparse.Namespace) -> dict:
+    engines = {mode: _engine(args.model, mode, args.k) for mode in MODES}
+    tokenizer = engines["off"].tokenizer
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    results: dict = {}
+    for name in args.classes:
+        batch = [tokenizer.encode_chat(m) for m in prompts(name, args.prompts)]
+        for width in CONCURRENCY:
+            row = {
+                mode: _measure(engines[mode], batch, params, width, f"{name}-{mode}-{width}")
+                for mode in MODES
+            }
+            plain = row["off"]
+            copies = [copy_fraction(p, t) for p, t in zip(batch, plain["tokens"], strict=True)]
+            row["copy_fraction"] = statistics.mean(copies)
+            for mode in MODES[1:]:
+                pairs = zip(plain["tokens"], row[mode]["tokens"], strict=True)
+                row[mode]["identity"] = sum(a == b for a, b in pairs) / len(batch)
+                row[mode]["ratio"] = row[mode]["decode_tok_s"] / plain["decode_tok_s"]
+            results[f"{name} c={width}"] = row
+            _print_row(f"{name} c={width}", row)
+    for mode in MODES:
+        results.setdefault("gate", {})[mode] = {
+            "switches": engines[mode].scheduler.spec_stats().gate_switches,
+            "plain_buckets": list(engines[mode].scheduler.spec_stats().gate_plain_buckets),
+        }
+    return results
+
+
+HEADER = (
+    "| class | copy | plain tok/s | ngram tok/s | ngram/plain | forced tok/s | forced/plain "
+    "| acceptance | mean acc. len | identity |\n|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _print_row(label: str, row: dict) -> None:
+    g, f = row["ngram"], row["ngram-forced"]
+    print(
+        f"| {label} | {row['copy_fraction']:.0%} | {row['off']['decode_tok_s']:.1f} "
+        f"| {g['decode_tok_s']:.1f} | {g['ratio']:.2f}x | {f['decode_tok_s']:.1f} "
+        f"| {f['ratio']:.2f}x | {f['acceptance']:.0%} | {f['mean_accepted']:.2f} "
+        f"| {min(g['identity'], f['identity']):.0%} |",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="GGUF file (default: the default model)")
+    parser.add_argument("--prompts", type=int, default=20, help="prompts per class")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("-k", type=int, default=4, help="--num-speculative-tokens")
+    parser.add_argument("--classes", default=",".join(CLASSES), help="comma-separated")
+    parser.add_argument("--json", default=None, help="also write every figure here")
+    args = parser.parse_args()
+    args.classes = args.classes.split(",")
+    print(HEADER, flush=True)
+    results = run(args)
+    print("gate:", json.dumps(results["gate"]))
+    if args.json:
+        for row in results.values():
+            for fig in row.values():
+                if isinstance(fig, dict):
+                    fig.pop("tokens", None)
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
