@@ -25,6 +25,9 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None
+    # Logprobs of the prompt's own tokens (and this many alternatives each); with them,
+    # max_tokens may be 0: the request only scores its prompt.
+    prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
     # Structured output (met.model.json_mode): JSON mode, the output is one JSON object; or a
     # JSON schema (met.model.json_schema's subset) the output must match.
@@ -35,7 +38,7 @@ class SamplingParams:
         """Raise ValueError("<param>: <why>") for the first out-of-range field."""
         checks = [
             ("n", self.n >= 1, "must be at least 1"),
-            ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "must be at least 1"),
+            ("max_tokens", self.max_tokens is None or self.max_tokens >= self._least, self._why),
             ("min_tokens", self.min_tokens >= 0, "must be non-negative"),
             ("temperature", 0.0 <= self.temperature <= 2.0 + 1e-9, "must be in [0, 2]"),
             ("top_p", 0.0 < self.top_p <= 1.0, "must be in (0, 1]"),
@@ -45,6 +48,11 @@ class SamplingParams:
             ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "must be in [-2, 2]"),
             ("repetition_penalty", 0.0 < self.repetition_penalty <= 2.0, "must be in (0, 2]"),
             ("logprobs", self.logprobs is None or 0 <= self.logprobs <= 20, "must be in [0, 20]"),
+            (
+                "prompt_logprobs",
+                self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= 20,
+                "must be in [0, 20]",
+            ),
         ]
         for name, ok, why in checks:
             if not ok:
@@ -68,6 +76,16 @@ class SamplingParams:
                 compile_schema(self.json_schema)
             except ValueError as e:
                 raise ValueError(f"response_format: {e}") from None
+
+    @property
+    def _least(self) -> int:
+        return 0 if self.prompt_logprobs is not None else 1
+
+    @property
+    def _why(self) -> str:
+        if self.prompt_logprobs is not None:
+            return "must be non-negative"
+        return "must be at least 1 (0 only when scoring the prompt: echo with logprobs)"
 
     @property
     def greedy(self) -> bool:

@@ -100,7 +100,8 @@ CASES = [
         "stream_options",
         None,
     ),
-    ("echo-logprobs", CMPL, _cmpl(echo=True, logprobs=1), 400, "echo", None),
+    ("max-tokens-zero", CMPL, _cmpl(max_tokens=0), 400, "max_tokens", None),
+    ("prompt-logprobs-high", CHAT, _chat(prompt_logprobs=21), 400, "prompt_logprobs", None),
     ("messages-missing", CHAT, {"max_tokens": 2}, 400, "messages", None),
     ("messages-empty", CHAT, {"messages": []}, 400, "messages", None),
     (

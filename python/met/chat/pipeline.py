@@ -18,7 +18,7 @@ from met.chat.parsers.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitte
 from met.chat.render import generic_system_text, template_messages, tool_dicts, with_system_text
 from met.chat.setup import ChatSetup
 from met.chat.types import ChatEvent, ChatRequest, ChatResult, Finish, Logprobs, ToolSpec, Usage
-from met.engine.outputs import CompletionDelta
+from met.engine.outputs import CompletionDelta, TokenLogprob
 from met.sampling import SamplingParams
 from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
@@ -136,6 +136,8 @@ class ChatRun:
         self.gen = gen
         self.parsers = [prepared.parser() for _ in range(gen.n)]
         self.reasoning_tokens = [0] * gen.n
+        # With prompt_logprobs: the prompt's (every choice shares it), from the first delta.
+        self.prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @classmethod
     async def start(
@@ -151,6 +153,8 @@ class ChatRun:
         if parser.thinking:
             self.reasoning_tokens[index] += len(delta.token_ids)
         events: list[ChatEvent] = []
+        if delta.prompt_logprobs is not None:
+            self.prompt_logprobs = delta.prompt_logprobs
         if delta.logprobs:
             events.append(Logprobs(delta.logprobs))
         events += parser.feed(delta.text)

@@ -24,6 +24,7 @@ from met.engine.kv_budget import (
 )
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
+from met.engine.prompt_logprobs import PromptScores
 from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
 from met.model.cpu_llama import unsupported_reason as cpu_unsupported_reason
@@ -179,6 +180,8 @@ class EngineCore:
                 f"prompt: this model's maximum context length is {self.max_model_len} tokens, "
                 f"but the prompt has {n_prompt} tokens"
             )
+        if params.max_tokens == 0:
+            return 1  # a prompt-scoring request: the one token the core samples is dropped
         return min(params.max_tokens or room, room)
 
     def add_request(
@@ -197,6 +200,8 @@ class EngineCore:
         state = RequestOutputState(name, len(prompt_token_ids), params, self.tokenizer)
         if params.json_object or params.json_schema is not None:
             self.backend.json_constraints[rid] = self._json_constraint(params.json_schema)
+        if params.prompt_logprobs is not None:
+            self.backend.prompt_scores[rid] = PromptScores(prompt_token_ids, params.prompt_logprobs)
         self._live[rid] = _Live(state, time.monotonic())
         self._by_name[name] = rid
         self.scheduler.add_request(request)
@@ -230,9 +235,15 @@ class EngineCore:
         if kind == _core.ClientEvent.Kind.Token:
             if state.finished:
                 return None
-            self.generated_tokens_total += 1
             state.cached_tokens = self.backend.cached_tokens.get(event.request_id, 0)
-            delta = state.on_token(event.token.token, _logprob(event, state.params))
+            scores = self.backend.prompt_scores.pop(event.request_id, None)
+            if state.params.max_tokens == 0:
+                delta = state.on_done("length", 0, state.cached_tokens)
+            else:
+                self.generated_tokens_total += 1
+                delta = state.on_token(event.token.token, _logprob(event, state.params))
+            if scores is not None:
+                delta.prompt_logprobs = scores.entries
             if delta.finished:
                 self.scheduler.abort_request(event.request_id)
                 self._forget(event.request_id)
@@ -255,6 +266,7 @@ class EngineCore:
 
     def _forget(self, rid: int) -> None:
         self.backend.json_constraints.pop(rid, None)
+        self.backend.prompt_scores.pop(rid, None)
         live = self._live.pop(rid, None)
         if live is not None:
             self._by_name.pop(live.state.request_id, None)

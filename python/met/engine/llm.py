@@ -18,6 +18,8 @@ class CompletionOutput:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     logprobs: list[TokenLogprob] | None = None
+    # With SamplingParams.prompt_logprobs: one entry per prompt token, the first None.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass
@@ -38,6 +40,10 @@ class RequestOutput:
     @property
     def finish_reason(self) -> str | None:
         return self.outputs[0].finish_reason
+
+    @property
+    def prompt_logprobs(self) -> list[TokenLogprob | None] | None:
+        return self.outputs[0].prompt_logprobs
 
 
 class LLM:
@@ -165,6 +171,8 @@ def _nth(params: SamplingParams, i: int) -> SamplingParams:
 def _apply(out: CompletionOutput, delta: CompletionDelta) -> None:
     out.text += delta.text
     out.token_ids.extend(delta.token_ids)
+    if delta.prompt_logprobs is not None:
+        out.prompt_logprobs = delta.prompt_logprobs
     if delta.logprobs:
         out.logprobs = (out.logprobs or []) + delta.logprobs
     if delta.finished:

@@ -10,6 +10,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]] = field(default_factory=list)
+    rank: int | None = None  # 1 + how many tokens the model found likelier (prompt logprobs)
 
 
 @dataclass
@@ -30,6 +31,9 @@ class CompletionDelta:
     completion_tokens: int
     cached_tokens: int
     stop_sequence: str | None = None  # the stop string that ended the request, if one did
+    # With SamplingParams.prompt_logprobs, on the request's first delta: one entry per prompt
+    # token, the first None.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from met import _core
+from met.engine.prompt_logprobs import PromptScores
 from met.model.json_mode import JsonConstraint
 from met.model.sampler import SampleSpec, sample
 
@@ -54,6 +55,9 @@ class TorchBackend(_core.Backend):
         # JSON-mode requests' constraints by request id (the engine adds and drops them: they
         # outlive a preempted sequence).
         self.json_constraints: dict[int, JsonConstraint] = {}
+        # Prompt-logprob requests' scores by request id (the engine adds them, and takes them
+        # with the first token).
+        self.prompt_scores: dict[int, PromptScores] = {}
         self.streams = _cuda_streams(model.device)
         # The C++ CPU forward and the GPU one pack rows themselves (CpuLlama / CudaLlama).
         self._forward_rows = getattr(model, "forward_rows", None)
@@ -74,7 +78,9 @@ class TorchBackend(_core.Backend):
         return self.blocks.num_free_blocks()
 
     def match_prefix(self, seq: _core.Sequence, prompt: list[int]) -> int:
-        cached = self.blocks.allocate_prefix(seq.session_hash, list(prompt))
+        # A prompt being scored is computed whole: cached positions would have no logits.
+        scoring = seq.session_hash in self.prompt_scores
+        cached = self.blocks.allocate_prefix(seq.session_hash, [] if scoring else list(prompt))
         self.cached_tokens[seq.session_hash] = cached
         if cached:
             self._history[seq.session_hash] = list(prompt[:cached])
@@ -183,8 +189,12 @@ class TorchBackend(_core.Backend):
         tables = [self._reserve(row) for row in rows]
         self._logits_stream = stream
         with self._on(stream):
+            scored = {} if every_position else self._scored_rows(rows)
             if every_position:
                 self._logits = self._run_model(self._pack(rows, tables, every_position=True))
+                self._greedy = None
+            elif scored:
+                self._logits = self._score_prompts(rows, tables, scored)
                 self._greedy = None
             elif self._forward_rows is not None:
                 starts = [row.start for row in rows]
@@ -196,6 +206,36 @@ class TorchBackend(_core.Backend):
                 self._greedy = None
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
+
+    def _scored_rows(self, rows: list[_Row]) -> dict[int, PromptScores]:
+        """Rows (by index) whose every position's logits score a prompt."""
+        if not self.prompt_scores:
+            return {}
+        out = {}
+        for i, row in enumerate(rows):
+            scores = self.prompt_scores.get(row.seq.session_hash)
+            if scores is not None and scores.wants(row.start, len(row.tokens)):
+                out[i] = scores
+        return out
+
+    def _score_prompts(
+        self, rows: list[_Row], tables: list[list[int]], scored: dict[int, PromptScores]
+    ) -> torch.Tensor:
+        """One forward with logits of every position of the scored rows (the last position of
+        the others); feeds the scores and returns each row's last-position logits."""
+        inputs = self._pack(rows, tables)
+        cu = inputs["cu_seqlens"].tolist()
+        wanted, last = [], []
+        for i in range(len(rows)):
+            first = cu[i] if i in scored else cu[i + 1] - 1
+            wanted.extend(range(first, cu[i + 1]))
+            last.append(len(wanted) - 1)
+        inputs["logits_rows"] = torch.tensor(wanted, dtype=torch.int64, device=self.model.device)
+        logits = self._run_model(inputs)
+        for i, scores in scored.items():
+            span = logits[last[i] - len(rows[i].tokens) + 1 : last[i] + 1]
+            scores.add(rows[i].start, span)
+        return logits[torch.tensor(last, device=logits.device)]
 
     def _run_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model.forward(self.kv_cache, **inputs)

@@ -52,6 +52,7 @@ def create_app(engine: Any, settings: ServerSettings, state: ServerState | None 
             app.add_api_route(prefix + path, handler, methods=methods)
     app.add_api_route("/tokenize", tokenize, methods=["POST"])
     app.add_api_route("/detokenize", detokenize, methods=["POST"])
+    app.add_api_route("/tokenizer_info", tokenizer_info, methods=["GET"])
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/version", version, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
@@ -109,6 +110,23 @@ async def detokenize(request: Request) -> JSONResponse:
     if any(not 0 <= t < vocab for t in body.tokens):
         raise invalid(f"tokens: token ids must be in [0, {vocab})", param="tokens")
     return JSONResponse({"prompt": engine.tokenizer.decode(body.tokens)})
+
+
+async def tokenizer_info(request: Request) -> JSONResponse:
+    """vLLM's: the special tokens and the chat template, so that a client (lm-evaluation-harness)
+    tokenizes through /tokenize with the served model's own tokenizer."""
+    engine = _state(request).require_ready()
+    tok = engine.tokenizer
+    return JSONResponse(
+        {
+            "tokenizer_class": "met",
+            "bos_token": tok.bos_token,
+            "eos_token": tok.eos_token,
+            "pad_token": None,
+            "chat_template": tok.chat_template,
+            "model_max_length": engine.max_model_len,
+        }
+    )
 
 
 async def health(request: Request) -> Response:

@@ -25,7 +25,7 @@ from met.chat.types import (
 from met.engine.outputs import TokenLogprob
 from met.server.chat_request import chat_request, internal_message
 from met.server.errors import invalid
-from met.server.logprobs import TokenText, chat_logprobs
+from met.server.logprobs import TokenText, chat_logprobs, prompt_logprobs_entries
 from met.server.protocol import ChatCompletionBody, ChatMessage, parse_body, sampling_params
 from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
@@ -61,7 +61,11 @@ async def create_chat_completion(request: Request) -> Response:
         }
         for index, result in enumerate(results)
     ]
-    return JSONResponse({**envelope.chunk(choices), "usage": usage_body(run.usage())})
+    response = {**envelope.chunk(choices), "usage": usage_body(run.usage())}
+    if body.prompt_logprobs is not None:
+        # vLLM's place for them on this route: the response's, as every choice shares the prompt.
+        response["prompt_logprobs"] = prompt_logprobs_entries(token_text, run.prompt_logprobs)
+    return JSONResponse(response)
 
 
 def encode_messages(state: ServerState, messages: list[ChatMessage]) -> list[int]:

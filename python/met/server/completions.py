@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
-from met.server.logprobs import LegacyLogprobs, TokenText
+from met.server.logprobs import LegacyLogprobs, TokenText, prompt_logprobs_entries
 from met.server.protocol import CompletionBody, parse_body, sampling_params
 from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
@@ -27,7 +27,9 @@ async def create_completion(request: Request) -> Response:
     _reject_unsupported(body)
     prompt_ids, prompt_text = _prompt(engine, body.prompt)
     requested = _DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-    params = sampling_params(body, requested, body.logprobs)
+    # Echo with logprobs returns the prompt's logprobs too (what evaluation harnesses read).
+    scored = body.logprobs if body.echo else None
+    params = sampling_params(body, requested, body.logprobs, scored)
     params.max_tokens = fit_max_tokens(
         len(prompt_ids), params.max_tokens, engine.max_model_len, "prompt"
     )
@@ -43,17 +45,12 @@ async def create_completion(request: Request) -> Response:
     for index, result in enumerate(results):
         logprobs = None
         if body.logprobs is not None:
-            formatter = LegacyLogprobs(token_text, len(echo), body.logprobs)
-            logprobs = formatter.format(result.logprobs)
-        text = echo + "".join(result.text)
-        choices.append(
-            {
-                "index": index,
-                "text": text,
-                "logprobs": logprobs,
-                "finish_reason": result.finish_reason,
-            }
-        )
+            formatter = LegacyLogprobs(token_text, 0 if body.echo else len(echo), body.logprobs)
+            logprobs = formatter.format(result.logprobs, prompt_ids, result.prompt_logprobs)
+        choice = _choice(index, echo + "".join(result.text), logprobs, result.finish_reason)
+        if body.prompt_logprobs is not None:
+            choice["prompt_logprobs"] = prompt_logprobs_entries(token_text, result.prompt_logprobs)
+        choices.append(choice)
     response = {**envelope.chunk(choices), "usage": gen.usage()}
     return JSONResponse(response)
 
@@ -63,8 +60,6 @@ def _reject_unsupported(body: CompletionBody) -> None:
         raise invalid("suffix: not supported", param="suffix")
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise invalid("best_of: only best_of equal to n is supported", param="best_of")
-    if body.echo and body.logprobs is not None:
-        raise invalid("echo: prompt logprobs are not supported; drop echo or logprobs", "echo")
 
 
 def _prompt(engine: Any, prompt: str | list[int] | list[str] | list[list[int]]) -> tuple:
@@ -86,11 +81,17 @@ def _prompt(engine: Any, prompt: str | list[int] | list[str] | list[list[int]]) 
 async def _chunks(
     gen: Generation, envelope: Envelope, echo: str, token_text: TokenText, top: int | None
 ) -> AsyncIterator[dict[str, Any]]:
-    formatters = [LegacyLogprobs(token_text, len(echo), top or 0) for _ in range(gen.n)]
-    if echo:
+    # With logprobs, each choice's echo waits for its first delta, which brings the prompt's.
+    scored = bool(echo) and top is not None
+    offset = 0 if scored else len(echo)
+    formatters = [LegacyLogprobs(token_text, offset, top or 0) for _ in range(gen.n)]
+    if echo and not scored:
         for index in range(gen.n):
             yield envelope.chunk([_choice(index, echo, None, None)])
     async for index, delta in gen.deltas():
+        if scored and delta.prompt_logprobs is not None:
+            prompt = formatters[index].format([], gen.prompt_ids, delta.prompt_logprobs)
+            yield envelope.chunk([_choice(index, echo, prompt, None)])
         reason = public_finish_reason(delta.finish_reason, gen.request_id)
         if reason == "abort":
             gen.raise_if_aborted()

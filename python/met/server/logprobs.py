@@ -29,13 +29,23 @@ class LegacyLogprobs:
         self._offset = offset
         self._top = top
 
-    def format(self, logprobs: list[TokenLogprob]) -> dict[str, list]:
+    def format(
+        self,
+        logprobs: list[TokenLogprob],
+        prompt_ids: list[int] | None = None,
+        prompt: list[TokenLogprob | None] | None = None,
+    ) -> dict[str, list]:
+        """Generated tokens' logprobs; with the prompt's ids and logprobs (echo), the prompt's
+        tokens first (the first one without a logprob: nothing precedes it)."""
         out: dict[str, list] = {
             "tokens": [],
             "token_logprobs": [],
             "top_logprobs": [],
             "text_offset": [],
         }
+        if prompt_ids and prompt:
+            for token_id, lp in zip(prompt_ids, prompt, strict=True):
+                self._prompt_token(out, token_id, lp)
         for lp in logprobs:
             token = self._text(lp.token_id)
             out["tokens"].append(token)
@@ -46,6 +56,47 @@ class LegacyLogprobs:
             out["text_offset"].append(self._offset)
             self._offset += len(token)
         return out
+
+    def _prompt_token(self, out: dict[str, list], token_id: int, lp: TokenLogprob | None) -> None:
+        token = self._text(token_id)
+        out["tokens"].append(token)
+        out["text_offset"].append(self._offset)
+        self._offset += len(token)
+        if lp is None:
+            out["token_logprobs"].append(None)
+            out["top_logprobs"].append(None)
+            return
+        top = {self._text(tid): v for tid, v in lp.top[: self._top]}
+        top.setdefault(token, lp.logprob)
+        out["token_logprobs"].append(lp.logprob)
+        out["top_logprobs"].append(top)
+
+
+def prompt_logprobs_entries(
+    token_text: TokenText, entries: list[TokenLogprob | None] | None
+) -> list[dict[str, dict] | None] | None:
+    """vLLM's prompt_logprobs: per prompt token, None for the first, else {token id: {logprob,
+    rank, decoded_token}} for the prompt token and its best alternatives."""
+    if entries is None:
+        return None
+    out: list[dict[str, dict] | None] = []
+    for lp in entries:
+        if lp is None:
+            out.append(None)
+            continue
+        item = {
+            str(lp.token_id): {
+                "logprob": lp.logprob,
+                "rank": lp.rank,
+                "decoded_token": token_text(lp.token_id),
+            }
+        }
+        for rank, (tid, value) in enumerate(lp.top, start=1):
+            item.setdefault(
+                str(tid), {"logprob": value, "rank": rank, "decoded_token": token_text(tid)}
+            )
+        out.append(item)
+    return out
 
 
 def chat_logprobs(token_text: TokenText, logprobs: list[TokenLogprob], top: int) -> dict:

@@ -71,6 +71,8 @@ class _GenerationBody(_Body):
     # endpoint.
     response_format: ResponseFormat | None = None
     guided_json: dict[str, Any] | None = None
+    # vLLM's: the prompt tokens' logprobs with this many alternatives each.
+    prompt_logprobs: int | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -148,9 +150,16 @@ def parse_body(raw: bytes, model: type[BodyT]) -> BodyT:
 
 
 def sampling_params(
-    body: _GenerationBody, max_tokens: int | None, logprobs: int | None
+    body: _GenerationBody,
+    max_tokens: int | None,
+    logprobs: int | None,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
-    """Build and range-check the engine's parameters; a bad value becomes a 400 naming it."""
+    """Build and range-check the engine's parameters; a bad value becomes a 400 naming it.
+    prompt_logprobs: the route's own ask (echo with logprobs), besides the body's field."""
+    if body.prompt_logprobs is not None and body.stream:
+        raise invalid("prompt_logprobs: not available when streaming", param="prompt_logprobs")
+    asks = [k for k in (prompt_logprobs, body.prompt_logprobs) if k is not None]
     if body.n is not None and body.n > MAX_N:
         raise invalid(f"n: must be at most {MAX_N}", param="n")
     if body.stream_options is not None and not body.stream:
@@ -171,6 +180,7 @@ def sampling_params(
         stop=_stop_strings(body.stop),
         ignore_eos=bool(body.ignore_eos),
         logprobs=logprobs,
+        prompt_logprobs=max(asks) if asks else None,
     )
     _structured_output(body, params)
     try:
