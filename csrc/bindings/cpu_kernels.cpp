@@ -10,6 +10,7 @@
 
 #include "bindings/cpu_common.h"
 #include "cpu/attention.h"
+#include "cpu/isa.h"
 #include "cpu/quant_matmul.h"
 
 namespace py = pybind11;
@@ -39,7 +40,50 @@ void bind_cpu_kernels(py::module_& m) {
   auto cpu = m.def_submodule("cpu", "CPU kernels on GGUF-quantized weights (raw pointers)");
   cpu.def(
       "best_isa", [] { return std::string(cpu::isa_name(cpu::best_isa())); },
-      "the SIMD path quant_matmul takes on this CPU");
+      "the matmul kernel quant_matmul takes on the active path");
+  cpu.def(
+      "cpu_path", [] { return std::string(cpu::path_name(cpu::active_path())); },
+      "the kernel path in use: MET_CPU_ISA, else the fastest this CPU runs, unless set_cpu_path "
+      "chose another; RuntimeError for a bad MET_CPU_ISA");
+  cpu.def(
+      "set_cpu_path",
+      [](const std::string& name) {
+        cpu::CpuPath path;
+        try {
+          path = cpu::parse_path(name);
+        } catch (const std::invalid_argument& e) {
+          throw py::value_error(e.what());
+        }
+        cpu::set_active_path(path);
+      },
+      py::arg("path"),
+      "forces the kernel path for every later kernel call and CPU forward built after it; "
+      "RuntimeError when this CPU cannot run it");
+  cpu.def(
+      "path_support",
+      [] {
+        py::dict out;
+        for (const cpu::CpuPath path : cpu::kAllPaths) {
+          out[cpu::path_name(path)] = cpu::path_unsupported_reason(path);
+        }
+        return out;
+      },
+      "{path: '' when this CPU runs it, else why not}, slowest first");
+  cpu.def(
+      "cpu_features",
+      [] {
+        const cpu::CpuFeatures& f = cpu::cpu_features();
+        py::dict out;
+        out["avx2"] = f.avx2 && f.fma && f.f16c;
+        out["avx512f"] = f.avx512f;
+        out["avx512_vnni"] = f.avx512vnni && f.avx512vl;
+        out["avx512_bf16"] = f.avx512bf16;
+        out["amx_int8"] = f.amx_tile && f.amx_int8;
+        out["amx_bf16"] = f.amx_tile && f.amx_bf16;
+        out["amx_permitted"] = f.amx_permitted;
+        return out;
+      },
+      "the CPU features behind the kernel paths");
   cpu.def("isa_supported",
           [](const std::string& isa) { return cpu::isa_supported(parse_isa(isa)); });
   cpu.def("row_bytes", [](const std::string& qtype, int64_t k) {

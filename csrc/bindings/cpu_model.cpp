@@ -165,7 +165,10 @@ void bind_cpu_model(py::module_& m) {
       .def_property_readonly("kernel_seconds", &cpu::LlamaForward::kernel_seconds,
                              "wall time spent inside forward() so far")
       .def_property_readonly("calls", &cpu::LlamaForward::calls)
-      .def_property_readonly("isa", [](const cpu::LlamaForward& f) { return f.isa(); });
+      .def_property_readonly("isa", [](const cpu::LlamaForward& f) { return f.isa(); })
+      .def_property_readonly(
+          "path", [](const cpu::LlamaForward& f) { return f.path(); },
+          "the kernel path (scalar, avx2, avx512, amx) fixed when this forward was built");
 
   cpu.def(
       "rms_norm",

@@ -28,14 +28,20 @@ int64_t attn_scratch_floats(const AttnShape& shape) {
 
 std::vector<AttnPath> attention_paths() {
   std::vector<AttnPath> paths{{"portable", attend_item_portable}};
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    paths.push_back({"avx2", attend_item_avx2});
-  }
-  if (__builtin_cpu_supports("avx512f")) paths.push_back({"avx512", attend_item_avx512});
+#if defined(__x86_64__) || defined(_M_X64)
+  if (path_supported(CpuPath::kAvx2)) paths.push_back({"avx2", attend_item_avx2});
+  if (path_supported(CpuPath::kAvx512)) paths.push_back({"avx512", attend_item_avx512});
 #endif
   return paths;
+}
+
+AttnItemFn attention_item_for(CpuPath path) {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (path == CpuPath::kAvx2) return attend_item_avx2;
+  if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) return attend_item_avx512;
+#endif
+  (void)path;
+  return attend_item_portable;
 }
 
 void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, const void* v_cache,
@@ -94,8 +100,8 @@ void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, 
 
 void paged_attention(const float* q, const void* k_cache, const void* v_cache, float* out,
                      const AttnRows& rows, const AttnShape& shape) {
-  static const detail::AttnItemFn best = detail::attention_paths().back().fn;
-  detail::paged_attention_with(best, q, k_cache, v_cache, out, rows, shape);
+  detail::paged_attention_with(detail::attention_item_for(active_path()), q, k_cache, v_cache, out,
+                               rows, shape);
 }
 
 }  // namespace met::cpu

@@ -9,8 +9,9 @@
 //   position order with a running max and sum, in a fixed order per head. fp16 K/V are widened
 //   to fp32 exactly, so an fp16 pool gives the bits an fp32 pool holding the same values gives.
 //   The result depends on
-//   the SIMD path picked at start-up (fixed for the process). Nothing is validated here: the caller
-//   guarantees the shapes, block tables and that n_heads is a multiple of n_kv_heads.
+//   the SIMD path in use (cpu/isa.h: the active path, or the one a LlamaForward fixed). Nothing is
+//   validated here: the caller guarantees the shapes, block tables and that n_heads is a multiple
+//   of n_kv_heads.
 #pragma once
 
 #include <cstdint>

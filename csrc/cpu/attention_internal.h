@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "isa.h"
 
 namespace met::cpu::detail {
 
@@ -44,8 +45,11 @@ struct AttnPath {
   const char* name;
   AttnItemFn fn;
 };
-// The paths this CPU can run, fastest last; paged_attention uses the last one.
+// The paths this CPU can run, fastest last.
 std::vector<AttnPath> attention_paths();
+// The item function a kernel path takes (its best one at or below the path); paged_attention
+// uses the active path's.
+AttnItemFn attention_item_for(CpuPath path);
 
 // paged_attention with the item function chosen by the caller.
 void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, const void* v_cache,

@@ -61,7 +61,9 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   (void)n_threads;
   n_threads_ = 1;
 #endif
-  isa_ = best_isa();
+  path_ = active_path();
+  isa_ = isa_for(path_);
+  attend_ = detail::attention_item_for(path_);
 }
 
 void LlamaForward::plan(const ForwardBatch& batch) {
@@ -212,8 +214,8 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
                         1.0f / std::sqrt(static_cast<float>(d.head_dim)),
                         d.kv_half};
   const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
-  paged_attention(q_.data(), kv_at(k_cache_, layer_offset), kv_at(v_cache_, layer_offset),
-                  attn_.data(), batch.rows, shape);
+  detail::paged_attention_with(attend_, q_.data(), kv_at(k_cache_, layer_offset),
+                               kv_at(v_cache_, layer_offset), attn_.data(), batch.rows, shape);
   barrier_.wait();
 
   const int64_t q_width = d.n_heads * d.head_dim;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/attention_internal.h"
+#include "cpu/isa.h"
 #include "cpu/quant_matmul.h"
 #include "cpu/team_barrier.h"
 
@@ -72,7 +74,8 @@ class LlamaForward {
  public:
   // k_cache, v_cache: [n_layers, num_blocks, block_size, n_kv_heads, head_dim], fp32 or, with
   // dims.kv_half, fp16 (K/V are rounded to nearest even as they are stored).
-  // Throws std::invalid_argument on inconsistent shapes. n_threads <= 0: OpenMP's default.
+  // Throws std::invalid_argument on inconsistent shapes (std::runtime_error on a bad
+  // MET_CPU_ISA). n_threads <= 0: OpenMP's default. Every step runs the kernel path active now.
   LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_cache, void* v_cache,
                int n_threads);
 
@@ -90,7 +93,9 @@ class LlamaForward {
   // time to measure its own (host) overhead.
   double kernel_seconds() const { return kernel_seconds_; }
   int64_t calls() const { return calls_; }
+  // The matmul kernel and the kernel path (cpu/isa.h) fixed at construction.
   const char* isa() const { return isa_name(isa_); }
+  const char* path() const { return path_name(path_); }
 
  private:
   void plan(const ForwardBatch& batch);
@@ -116,7 +121,9 @@ class LlamaForward {
   void* k_cache_;
   void* v_cache_;
   int n_threads_;
+  CpuPath path_;
   Isa isa_;
+  detail::AttnItemFn attend_;
   int64_t qkv_width_;
   int64_t max_k_;
   TeamBarrier barrier_;

@@ -123,17 +123,16 @@ void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64
 }  // namespace detail
 
 bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
   switch (isa) {
     case Isa::kAuto:
     case Isa::kScalar:
       return true;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) || defined(_M_X64)
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return f.avx2 && f.fma && f.f16c;
     case Isa::kAvx512Vnni:
-      return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512vnni");
+      return isa_supported(Isa::kAvx2) && f.avx512vl && f.avx512vnni;
 #else
     default:
       return false;
@@ -142,12 +141,20 @@ bool isa_supported(Isa isa) {
   return false;
 }
 
-Isa best_isa() {
-  static const Isa best = isa_supported(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni
-                          : isa_supported(Isa::kAvx2)     ? Isa::kAvx2
-                                                          : Isa::kScalar;
-  return best;
+Isa isa_for(CpuPath path) {
+  switch (path) {
+    case CpuPath::kScalar:
+      return Isa::kScalar;
+    case CpuPath::kAvx2:
+      return Isa::kAvx2;
+    case CpuPath::kAvx512:
+    case CpuPath::kAmx:
+      return isa_supported(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni : Isa::kAvx2;
+  }
+  return Isa::kScalar;
 }
+
+Isa best_isa() { return isa_for(active_path()); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

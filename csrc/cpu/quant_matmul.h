@@ -13,12 +13,13 @@
 #include <cstdint>
 
 #include "half.h"
+#include "isa.h"
 
 namespace met::cpu {
 
 enum class QType : int32_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2 };
 
-// kAuto picks the best path the running CPU supports.
+// kAuto takes the active CpuPath's kernel (isa.h: MET_CPU_ISA, else the best this CPU has).
 enum class Isa : int32_t { kAuto = 0, kScalar = 1, kAvx2 = 2, kAvx512Vnni = 3 };
 
 constexpr int64_t kBlock = 32;
@@ -27,6 +28,8 @@ constexpr int64_t kBlock = 32;
 size_t block_bytes(QType q);
 size_t row_bytes(QType q, int64_t k);
 
+// The matmul kernel a path takes (its best one at or below the path), and the active path's.
+Isa isa_for(CpuPath path);
 Isa best_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);

@@ -1,6 +1,7 @@
 // The CPU model's elementwise kernels against double-precision references, and the layer loop's
 // promises: a token's logits do not depend on the batch around it, on how its prompt was chunked
-// or on the thread count, and bad input is refused before the KV pool is touched.
+// or on the thread count (on every kernel path this CPU runs), and bad input is refused before the
+// KV pool is touched.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,9 +9,11 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cpu/half.h"
+#include "cpu/isa.h"
 #include "cpu/llama_forward.h"
 #include "cpu/ops.h"
 
@@ -191,7 +194,30 @@ std::vector<float> last_logits(const std::vector<float>& all, size_t row, int64_
   return std::vector<float>(all.begin() + row * vocab, all.begin() + (row + 1) * vocab);
 }
 
-TEST(CpuModel, PromptChunkingDoesNotChangeABit) {
+// Each forward test runs once per kernel path (MET_CPU_ISA's values), skipped where the CPU
+// cannot take it; a LlamaForward fixes the path active when it is built.
+class CpuModelOnPath : public ::testing::TestWithParam<CpuPath> {
+ protected:
+  void SetUp() override {
+    const std::string why = path_unsupported_reason(GetParam());
+    if (!why.empty()) GTEST_SKIP() << path_name(GetParam()) << ": " << why;
+    before_ = active_path();
+    set_active_path(GetParam());
+  }
+  void TearDown() override {
+    if (path_supported(GetParam())) set_active_path(before_);
+  }
+
+ private:
+  CpuPath before_ = CpuPath::kScalar;
+};
+
+INSTANTIATE_TEST_SUITE_P(Paths, CpuModelOnPath, ::testing::ValuesIn(kAllPaths),
+                         [](const ::testing::TestParamInfo<CpuPath>& info) {
+                           return std::string(path_name(info.param));
+                         });
+
+TEST_P(CpuModelOnPath, PromptChunkingDoesNotChangeABit) {
   TinyModel m;
   LlamaForward f = m.make(2);
   const std::vector<int32_t> table = {5, 2, 9};
@@ -214,7 +240,7 @@ TEST(CpuModel, PromptChunkingDoesNotChangeABit) {
   for (float v : whole) ASSERT_TRUE(std::isfinite(v));
 }
 
-TEST(CpuModel, DecodeRowIsTheSameAloneAndInAMixedBatch) {
+TEST_P(CpuModelOnPath, DecodeRowIsTheSameAloneAndInAMixedBatch) {
   TinyModel m;
   LlamaForward f = m.make(2);
   const int32_t n = static_cast<int32_t>(kPrompt.size());
@@ -229,7 +255,7 @@ TEST(CpuModel, DecodeRowIsTheSameAloneAndInAMixedBatch) {
   EXPECT_EQ(alone, last_logits(mixed, 1, m.dims.vocab));
 }
 
-TEST(CpuModel, Fp16PoolStoresRoundedKvAndKeepsChunkingInvariance) {
+TEST_P(CpuModelOnPath, Fp16PoolStoresRoundedKvAndKeepsChunkingInvariance) {
   const int32_t n = static_cast<int32_t>(kPrompt.size());
   const std::vector<int32_t> table = {5, 2, 9};
   TinyModel full;
@@ -263,7 +289,7 @@ TEST(CpuModel, Fp16PoolStoresRoundedKvAndKeepsChunkingInvariance) {
   EXPECT_LT(worst, 0.05f * largest);
 }
 
-TEST(CpuModel, ThreadCountDoesNotChangeABit) {
+TEST_P(CpuModelOnPath, ThreadCountDoesNotChangeABit) {
   TinyModel a, b;
   LlamaForward one = a.make(1);
   LlamaForward two = b.make(2);
@@ -288,6 +314,26 @@ TEST(CpuModel, RejectsWeightsOfTheWrongShape) {
   TinyModel m;
   m.weights.layers[1].wo.n = 10;
   EXPECT_THROW(m.make(1), std::invalid_argument);
+}
+
+TEST(CpuPaths, ScalarIsAlwaysThereAndTheBestIsSupported) {
+  EXPECT_TRUE(path_supported(CpuPath::kScalar));
+  EXPECT_TRUE(path_supported(best_path()));
+  for (const CpuPath path : kAllPaths) EXPECT_EQ(parse_path(path_name(path)), path);
+  EXPECT_THROW(parse_path("avx512vnni"), std::invalid_argument);
+  for (const CpuPath path : kAllPaths) {
+    if (!path_supported(path)) EXPECT_THROW(set_active_path(path), std::runtime_error);
+  }
+}
+
+TEST(CpuPaths, AForwardKeepsThePathItWasBuiltOn) {
+  const CpuPath before = active_path();
+  TinyModel m;
+  set_active_path(CpuPath::kScalar);
+  LlamaForward f = m.make(1);
+  set_active_path(before);
+  EXPECT_STREQ(f.path(), "scalar");
+  EXPECT_STREQ(f.isa(), "scalar");
 }
 
 }  // namespace

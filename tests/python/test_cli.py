@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
-from met_cli_support import run_met
+from met_cli_support import met_env, run_met
 from openai_stub import REPLY_WORDS, start_stub
 
 from met import _core
@@ -100,7 +102,27 @@ def test_doctor_reports_each_check_as_ok_or_problem() -> None:
     assert result.returncode == (1 if problems else 0)
     assert all("->" in line for line in checks if line.startswith("problem"))
     core = next(line for line in checks if line.split()[1] == "met._core")
-    assert f"CPU kernels: {_core.cpu.best_isa()}" in core
+    assert f"CPU kernels: {_core.cpu.cpu_path()}" in core
+    cpu = next(line for line in checks if line.split()[1:3] == ["cpu", "path"])
+    assert f"{_core.cpu.cpu_path()} path (matmul {_core.cpu.best_isa()})" in cpu
+
+
+@pytest.mark.parametrize("path", ["scalar", "avx2", "avx512", "amx", "sse9"])
+def test_met_cpu_isa_forces_the_kernel_path_or_says_why_not(path: str) -> None:
+    probe = "from met import _core; print(_core.cpu.cpu_path())"
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=met_env(MET_CPU_ISA=path),
+        timeout=60,
+    )
+    why = _core.cpu.path_support().get(path, "must be scalar, avx2, avx512 or amx")
+    if why:
+        assert result.returncode != 0
+        assert "MET_CPU_ISA" in result.stderr and why in result.stderr
+    else:
+        assert result.stdout.strip() == path
 
 
 def test_bench_counts_match_the_stub(stub) -> None:

@@ -10,6 +10,8 @@ from met import _core
 # Both sides are fp32 sums over head_dim and up to a few hundred keys; the differences stay near
 # 1e-6 (the reference runs in float64), so 1e-5 relative plus absolute leaves a margin.
 TOLERANCE = 1e-5
+# Every test here runs once per kernel path this CPU supports (conftest.cpu_path).
+pytestmark = pytest.mark.usefixtures("cpu_path")
 
 
 def _pool(rows, n_heads, n_kv_heads, head_dim, block_size, seed):

@@ -19,6 +19,8 @@ LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
 # only in float summation order (attention, norms): measured max abs differences of ~1.5e-6 on
 # logits of magnitude ~4. The margin leaves room for an int8 rounding flipped by that order.
 ATOL = 1e-3
+# Every test here runs once per kernel path this CPU supports (conftest.cpu_path).
+pytestmark = pytest.mark.usefixtures("cpu_path")
 
 
 def quant_model(qtype: str = "Q8_0", quant_embed: bool = True, **overrides) -> LlamaModel:

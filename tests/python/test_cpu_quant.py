@@ -11,6 +11,8 @@ from met.models import load_model
 # Activations are rounded to int8 per 32-element block (step max|x|/127), weights are exact:
 # the relative Frobenius error over a whole output stays near 3e-3; 1e-2 leaves a margin.
 TOLERANCE = 1e-2
+# Every test here runs once per kernel path this CPU supports (conftest.cpu_path).
+pytestmark = pytest.mark.usefixtures("cpu_path")
 ISAS = [isa for isa in ("scalar", "avx2", "avx512vnni") if _core.cpu.isa_supported(isa)]
 
 

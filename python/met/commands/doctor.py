@@ -76,9 +76,28 @@ def _core() -> Check:
         return Check("met._core", False, f"not importable ({exc})", fix)
     has_cuda = getattr(core, "has_cuda", None)
     built = "with CUDA" if callable(has_cuda) and has_cuda() else "without CUDA"
-    # The SIMD path the CPU forward's quantized matmul takes here (avx512vnni, avx2, scalar).
-    cpu_path = core.cpu.best_isa()
-    return Check("met._core", True, f"built {built}; CPU kernels: {cpu_path}")
+    try:
+        kernels = core.cpu.cpu_path()
+    except RuntimeError:  # a bad MET_CPU_ISA: the "cpu path" check reports it
+        kernels = "see cpu path"
+    return Check("met._core", True, f"built {built}; CPU kernels: {kernels}")
+
+
+def _cpu_path(core) -> str:
+    """The kernel path in use (MET_CPU_ISA, else the fastest this CPU runs) and its matmul."""
+    path = core.cpu.cpu_path()
+    support = core.cpu.path_support()
+    unsupported = ", ".join(f"{name}: {why}" for name, why in support.items() if why)
+    detail = f"{path} path (matmul {core.cpu.best_isa()})"
+    return detail + (f"; not here: {unsupported}" if unsupported else "")
+
+
+def _cpu_kernels() -> Check:
+    core = importlib.import_module("met._core")
+    try:
+        return Check("cpu path", True, _cpu_path(core))
+    except RuntimeError as exc:  # a MET_CPU_ISA this CPU cannot take
+        return Check("cpu path", False, str(exc), "unset MET_CPU_ISA or name a supported path")
 
 
 def _gpus() -> Check:
@@ -135,6 +154,7 @@ PROBES: list[tuple[str, Callable[[], Check]]] = [
     ("python", _python),
     ("torch", _torch),
     ("met._core", _core),
+    ("cpu path", _cpu_kernels),
     ("gpus", _gpus),
     ("default model", _model),
     ("memory", _memory),
