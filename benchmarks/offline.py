@@ -3,9 +3,14 @@
 Prefill of a 512-token prompt (tokens/s) and decode at batch 1, 8 and 32 (aggregate tokens/s),
 medians of --runs runs with their spread (max - min). met runs the file three ways: dequantized
 fp32, dequantized bf16, and gguf (Q8_0/Q4_0/Q4_1 weights kept quantized); the ratios compare met
-gguf with llama.cpp on the same file, the same weight format. Never asserts.
+gguf with llama.cpp on the same file, the same weight format. Long prompts (prefill of 2048 and
+8192 tokens, what an agent client's first request costs) run for met gguf and llama.cpp only,
+--long-runs times each. Never asserts.
 
-    PYTHONPATH=python python benchmarks/offline.py [--model FILE] [--json FILE]
+    PYTHONPATH=python python benchmarks/offline.py [--model FILE] [--json FILE] [--long 2048,8192]
+
+llama.cpp runs in a child process (this script with --peer): a crash there (its AMX path has
+segfaulted on some Xeons) is reported as a crash in the table instead of killing the run.
 
 llama.cpp: llama-cpp-python's high-level API gives prefill and batch-1 decode; decode at batch 8
 and 32 goes through its low-level API (llama_batch_init / llama_decode on a context with
@@ -18,16 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import met
+from met import _core
 from met.models import resolve_model
 from met.sampling import SamplingParams
 
 PREFILL = 512
+LONG_PREFILLS = (2048, 8192)
+LONG_CHUNK = 2048  # met's max_prefill_tokens and llama.cpp's n_batch for the long prompts
 DECODE_TOKENS = 32
 BATCHES = (1, 8, 32)
 MET_VARIANTS = {
@@ -43,8 +54,9 @@ def _summary(samples: list[float]) -> Figure:
     return {"median": statistics.median(samples), "spread": max(samples) - min(samples)}
 
 
-def _repeat(measure: Callable[[], float], runs: int) -> Figure:
-    measure()  # warm-up: first-call allocations and thread pools
+def _repeat(measure: Callable[[], float], runs: int, warm_up: bool = True) -> Figure:
+    if warm_up:
+        measure()  # first-call allocations and thread pools
     return _summary([measure() for _ in range(runs)])
 
 
@@ -53,12 +65,15 @@ def _prompt_ids(vocab: int, length: int, seed: int) -> list[int]:
     return [100 + (seed * 7919 + i * 104729) % (vocab - 100) for i in range(length)]
 
 
-def _met_figures(model: str, options: dict, runs: int) -> dict[str, Figure]:
+def _met_figures(
+    model: str, options: dict, runs: int, long: tuple[int, ...] = (), long_runs: int = 1
+) -> dict[str, Figure]:
+    longest = max((PREFILL, *long))
     llm = met.LLM(
         model=model,
         max_num_seqs=max(BATCHES),
-        max_prefill_tokens=PREFILL,
-        max_model_len=PREFILL + DECODE_TOKENS + 64,
+        max_prefill_tokens=LONG_CHUNK if long else PREFILL,
+        max_model_len=longest + DECODE_TOKENS + 64,
         enable_prefix_cache=False,  # repeated prompts must be computed again, not looked up
         **options,
     )
@@ -82,29 +97,36 @@ def _met_figures(model: str, options: dict, runs: int) -> dict[str, Figure]:
             return len(prompts) * DECODE_TOKENS / elapsed
 
         figures[f"decode_b{batch}"] = _repeat(decode_rate, runs)
+    for length in long:
+        prompt = [_prompt_ids(vocab, length, 1)]
+        figures[f"prefill_{length}"] = _repeat(
+            lambda p=prompt, n=length: n / timed(p, 1), long_runs, warm_up=False
+        )
     llm.close()
     return figures
 
 
-def _llama_cpp_figures(model: str, runs: int) -> dict[str, Figure | None] | None:
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        return None
+def _llama_cpp_figures(
+    model: str, runs: int, long: tuple[int, ...] = (), long_runs: int = 1
+) -> dict[str, Figure | None]:
+    from llama_cpp import Llama
+
     llm = Llama(
         model_path=model,
-        n_ctx=PREFILL + DECODE_TOKENS + 64,
-        n_batch=PREFILL,
+        n_ctx=max((PREFILL, *long)) + DECODE_TOKENS + 64,
+        n_batch=LONG_CHUNK if long else PREFILL,
+        n_ubatch=PREFILL,
         n_threads=os.cpu_count(),
+        n_threads_batch=os.cpu_count(),
         verbose=False,
     )
     prompt = _prompt_ids(llm.n_vocab(), PREFILL, 0)
 
-    def prefill() -> float:
+    def prefill(ids: list[int] = prompt) -> float:
         llm.reset()
         start = time.perf_counter()
-        llm.eval(prompt)
-        return PREFILL / (time.perf_counter() - start)
+        llm.eval(ids)
+        return len(ids) / (time.perf_counter() - start)
 
     def decode() -> float:
         llm.reset()
@@ -119,7 +141,35 @@ def _llama_cpp_figures(model: str, runs: int) -> dict[str, Figure | None] | None
     for batch in BATCHES:
         if batch != 1:
             figures[f"decode_b{batch}"] = _llama_cpp_parallel_decode(llm, batch, runs)
+    for length in long:
+        ids = _prompt_ids(llm.n_vocab(), length, 1)
+        figures[f"prefill_{length}"] = _repeat(lambda i=ids: prefill(i), long_runs, warm_up=False)
     return figures
+
+
+def _llama_cpp_in_child(model: str, runs: int, long: tuple[int, ...], long_runs: int) -> dict:
+    """The peer's figures from `offline.py --peer` in a child process: {"figures": ...} or
+    {"error": why} when it is not installed, fails or crashes (a signal, e.g. SIGSEGV)."""
+    command = [sys.executable, __file__, "--peer", "--model", model, "--runs", str(runs)]
+    command += ["--long", ",".join(map(str, long)), "--long-runs", str(long_runs)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode < 0:
+        return {"error": f"crashed ({signal.Signals(-done.returncode).name})"}
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    try:
+        return json.loads(last[0])
+    except json.JSONDecodeError:
+        tail = " ".join(done.stderr.strip().splitlines()[-2:])
+        return {"error": f"exited with {done.returncode}: {tail}"}
+
+
+def _peer_main(model: str, runs: int, long: tuple[int, ...], long_runs: int) -> None:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print(json.dumps({"error": "not installed (pip install 'met[bench]')"}))
+        return
+    print(json.dumps({"figures": _llama_cpp_figures(model, runs, long, long_runs)}), flush=True)
 
 
 def _fill_batch(batch: Any, entries: list[tuple[int, int, int, bool]]) -> None:
@@ -177,15 +227,22 @@ def _llama_cpp_parallel_decode(llm: Any, n_seqs: int, runs: int) -> Figure:
         lc.llama_free(ctx)
 
 
-def _ratios(ours: dict[str, Figure], peer: dict[str, Figure | None] | None) -> dict:
-    keys = ["prefill_512"] + [f"decode_b{b}" for b in BATCHES]
+def _keys(long: tuple[int, ...]) -> list[str]:
+    return ["prefill_512"] + [f"decode_b{b}" for b in BATCHES] + [f"prefill_{n}" for n in long]
+
+
+def _ratios(
+    ours: dict[str, Figure], peer: dict[str, Figure | None] | None, keys: list[str]
+) -> dict:
     if peer is None:
         return dict.fromkeys(keys)
-    return {k: None if peer.get(k) is None else ours[k]["median"] / peer[k]["median"] for k in keys}
+    return {
+        k: None if not peer.get(k) or k not in ours else ours[k]["median"] / peer[k]["median"]
+        for k in keys
+    }
 
 
-def _print_table(results: dict[str, dict | None], ratios: dict) -> None:
-    keys = ["prefill_512"] + [f"decode_b{b}" for b in BATCHES]
+def _print_table(results: dict[str, dict | None], ratios: dict, keys: list[str]) -> None:
     print("| engine | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for engine, figures in results.items():
@@ -206,23 +263,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="GGUF file (default: the default model)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--long", default=",".join(map(str, LONG_PREFILLS)), help="long prompt lengths, or ''"
+    )
+    parser.add_argument("--long-runs", type=int, default=1, help="runs of each long prefill")
     parser.add_argument("--json", metavar="FILE", default=None)
+    parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)  # the child
     args = parser.parse_args()
     model = str(resolve_model(args.model))
+    long = tuple(int(n) for n in args.long.split(",") if n)
+    if args.peer:
+        return _peer_main(model, args.runs, long, args.long_runs)
     print(f"model {model}; tokens/s, median ±spread (max - min) of {args.runs} runs")
+    print(f"met CPU kernel path: {_core.cpu.cpu_path()} (matmul {_core.cpu.best_isa()})")
     results: dict[str, dict | None] = {}
     for name, options in MET_VARIANTS.items():
-        results[name] = _met_figures(model, options, args.runs)
+        extra = (long, args.long_runs) if name == RATIO_ROW else ()
+        results[name] = _met_figures(model, options, args.runs, *extra)
         print(f"{name}: {json.dumps(results[name])}", flush=True)
-    results["llama.cpp"] = _llama_cpp_figures(model, args.runs)
-    if results["llama.cpp"] is None:
-        print("llama.cpp: not installed (pip install 'met[bench]')")
-    ratios = _ratios(results[RATIO_ROW], results["llama.cpp"])
-    _print_table(results, ratios)
+    peer = _llama_cpp_in_child(model, args.runs, long, args.long_runs)
+    results["llama.cpp"] = peer.get("figures")
+    if "error" in peer:
+        print(f"llama.cpp: {peer['error']}")
+    keys = _keys(long)
+    ratios = _ratios(results[RATIO_ROW], results["llama.cpp"], keys)
+    _print_table(results, ratios, keys)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"model": model, "runs": args.runs, "engines": results, "ratios": ratios},
+                {
+                    "model": model,
+                    "runs": args.runs,
+                    "cpu_path": _core.cpu.cpu_path(),
+                    "engines": results,
+                    "peer_error": peer.get("error"),
+                    "ratios": ratios,
+                },
                 f,
                 indent=2,
             )

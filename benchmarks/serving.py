@@ -4,7 +4,9 @@ Each server in turn, alone on the machine: start it, wait until it answers, load
 `met bench`'s load generator (streaming chat, temperature 0, --output-len tokens at most) at each
 --concurrency level, read its peak RSS (VmHWM of the server and its children), stop it. Prints
 one table: output tokens/s, TTFT and inter-token latency p50/p90, requests ok/failed, peak RSS,
-and met over the peer for throughput and RSS. Never asserts.
+and met over the peer for throughput and RSS. Beside that short-prompt load, a long-prompt load
+(--long-prompt-len words, about 4k tokens: what an agent client's first request looks like) at
+each --long-concurrency level measures TTFT under long prefills. Never asserts.
 
     PYTHONPATH=python python benchmarks/serving.py [--model FILE] [--json FILE]
     python benchmarks/serving.py --peer-url http://127.0.0.1:8080 --peer-name llama-server \\
@@ -37,14 +39,19 @@ def _requests_for(concurrency: int, fixed: int | None) -> int:
     return fixed if fixed is not None else max(2 * concurrency, 8)
 
 
-def _load(server: Server, model: str, concurrency: int, args: argparse.Namespace) -> dict:
+def _load(
+    server: Server, model: str, concurrency: int, args: argparse.Namespace, long: bool = False
+) -> dict:
     """One load level: met bench's figures, plus output tokens counted from streamed chunks."""
     count = _requests_for(concurrency, args.num_requests)
+    if long:
+        count = args.long_requests or max(2 * concurrency, 4)
+    prompt_len = args.long_prompt_len if long else args.prompt_len
     plan = LoadPlan(
         base_url=server.url,
         model=model,
-        prompts=synthetic_prompts(count, args.prompt_len, seed=concurrency),
-        output_len=args.output_len,
+        prompts=synthetic_prompts(count, prompt_len, seed=concurrency + (1000 if long else 0)),
+        output_len=args.long_output_len if long else args.output_len,
         concurrency=concurrency,
         request_rate=None,
         num_requests=count,
@@ -54,6 +61,7 @@ def _load(server: Server, model: str, concurrency: int, args: argparse.Namespace
     results, duration = asyncio.run(run_load(plan, lambda _: None))
     summary = summarize(results, duration)
     summary["concurrency"] = concurrency
+    summary["load"] = "long" if long else "short"
     _add_chunk_count(summary, results, duration)
     return _json_safe(summary)
 
@@ -100,6 +108,10 @@ def _bench_server(server: Server, args: argparse.Namespace, log_dir: Path) -> di
             level = _load(server, model, concurrency, args)
             levels.append(level)
             print(f"{server.name} c={concurrency}: {_one_line(level)}", flush=True)
+        for concurrency in args.long_concurrency:
+            level = _load(server, model, concurrency, args, long=True)
+            levels.append(level)
+            print(f"{server.name} long c={concurrency}: {_one_line(level)}", flush=True)
         rss = peak_rss(server.pid) if server.pid is not None else None
     return {
         "name": server.name,
@@ -141,31 +153,45 @@ def _ratios(engines: list[dict]) -> dict[str, Any]:
     if met is None or peer is None:
         return {}
     ratios: dict[str, Any] = {"peer": peer["name"], "peak_rss": _ratio(_mib(met), _mib(peer))}
-    theirs = {lv["concurrency"]: lv["output_token_throughput"] for lv in peer["levels"]}
+    theirs = {(lv["load"], lv["concurrency"]): lv for lv in peer["levels"]}
     for level in met["levels"]:
-        c = level["concurrency"]
-        ratios[f"throughput_c{c}"] = _ratio(level["output_token_throughput"], theirs.get(c))
+        key = (level["load"], level["concurrency"])
+        peer_level = theirs.get(key, {})
+        ratios[_ratio_key(*key)] = _ratio(
+            level["output_token_throughput"], peer_level.get("output_token_throughput")
+        )
+        ratios[_ratio_key(*key, "ttft")] = _ratio(
+            level["ttft_s"]["p50"], (peer_level.get("ttft_s") or {}).get("p50")
+        )
     return ratios
+
+
+def _ratio_key(load: str, concurrency: int, what: str = "throughput") -> str:
+    return f"{what}_c{concurrency}" + ("_long" if load == "long" else "")
 
 
 def _print_table(engines: list[dict], ratios: dict[str, Any]) -> None:
     print(
-        "| engine | concurrency | output tok/s | met/peer | TTFT p50 / p90 ms "
-        "| ITL p50 / p90 ms | ok / failed | peak RSS MiB |"
+        "| engine | load | concurrency | output tok/s | met/peer | TTFT p50 / p90 ms "
+        "| TTFT met/peer | ITL p50 / p90 ms | ok / failed | peak RSS MiB |"
     )
-    print("|---" * 8 + "|")
+    print("|---" * 10 + "|")
     for engine in engines:
         rss = _mib(engine)
         for level in engine["levels"]:
-            c = level["concurrency"]
-            ratio = ratios.get(f"throughput_c{c}") if engine["name"] == "met" else None
+            c, load = level["concurrency"], level["load"]
+            is_met = engine["name"] == "met"
+            ratio = ratios.get(_ratio_key(load, c)) if is_met else None
+            ttft_ratio = ratios.get(_ratio_key(load, c, "ttft")) if is_met else None
             ttft, itl = level["ttft_s"], level["itl_s"]
             cells = [
                 engine["name"] + ("" if level["output_tokens_source"] == "usage" else " *"),
+                load,
                 str(c),
                 f"{level['output_token_throughput']:.1f}",
                 "-" if ratio is None else f"{ratio:.2f}x",
                 f"{_ms(ttft['p50'])} / {_ms(ttft['p90'])}",
+                "-" if ttft_ratio is None else f"{ttft_ratio:.2f}x",
                 f"{_ms(itl['p50'])} / {_ms(itl['p90'])}",
                 f"{level['completed']} / {level['errors']}",
                 "-" if rss is None else f"{rss:.0f}",
@@ -189,6 +215,8 @@ def _servers(args: argparse.Namespace, model: str) -> list[Server]:
             servers.append(Server(name, args.peer_url.rstrip("/"), pid=args.peer_pid))
         else:
             extra = shlex.split(args.peer_args)
+            if args.long_concurrency and "--n_ctx" not in extra:
+                extra += ["--n_ctx", "8192"]  # its default (2048) refuses the long prompts
             servers.append(llama_cpp_server(model, args.peer_port, args.threads, extra))
             if args.peer_name:
                 servers[-1].name = args.peer_name
@@ -204,6 +232,10 @@ def _parse_args() -> argparse.Namespace:
     add("--num-requests", type=int, default=None, help="per level (default max(2c, 8))")
     add("--output-len", type=int, default=128, help="max_tokens per request")
     add("--prompt-len", type=int, default=128, help="synthetic prompt words")
+    add("--long-prompt-len", type=int, default=4000, help="long-load prompt words (~1 token each)")
+    add("--long-concurrency", type=int, nargs="*", default=[1, 4], help="long-load levels")
+    add("--long-output-len", type=int, default=16, help="max_tokens per long-load request")
+    add("--long-requests", type=int, default=None, help="per long level (default max(2c, 4))")
     add("--warmup", type=int, default=2, help="uncounted short requests per server")
     add("--timeout", type=float, default=600.0, help="per request, s")
     add("--startup-timeout", type=float, default=600.0, help="seconds a server may take to start")
