@@ -166,3 +166,25 @@ def test_bench_agrees_with_the_server_counters(server_url: str) -> None:
     assert prompt == report["prompt_tokens"]
     assert 0 < report["ttft_s"]["p50"] <= report["e2e_latency_s"]["p99"]
     assert report["output_token_throughput"] > 0
+
+
+def test_doctor_with_a_model_explains_its_capacity_plan(default_model_path: Path) -> None:
+    result = run_met(
+        "doctor",
+        "--model",
+        str(default_model_path),
+        "--max-num-seqs",
+        "2",
+        "--max-model-len",
+        "2048",
+        timeout=300,
+    )
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:2] == ["ok", "capacity"])
+    plan = " ".join(line.strip() for line in lines[at + 1 : -1])
+    # 2048 tokens are 129 blocks of 16 with the next position; two full contexts, 258 blocks.
+    assert "KV cache 258 blocks of 16 = 4128 tokens (float16, 22.5 KiB a token" in plan, plan
+    assert "room for --max-num-seqs 2 full contexts" in plan
+    assert "2 sequences of the full 2048-token context or 3 of 1024 tokens" in plan
+    assert "at most 2 run at once" in plan and "--kv-cache-blocks" in plan
+    assert plan.startswith("weights ") and " MiB on cpu;" in plan

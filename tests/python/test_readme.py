@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -49,3 +50,15 @@ def test_the_python_example_answers_sensibly(server: ServerProcess) -> None:
     text = printed.getvalue()
     shown = re.search(r"^# (.*) \.\.\.$", code, re.M).group(1)
     assert text.startswith(shown) and "moon" in text, text
+
+
+def test_the_ready_line_explains_the_capacity_plan(server: ServerProcess) -> None:
+    log = Path(server.log_path).read_text()
+    ready = next(line for line in log.splitlines() if " ready in " in line)
+    assert f"on {server.url} (chat page at /)" in ready
+    blocks, tokens = map(
+        int, re.search(r"KV cache (\d+) blocks of 16 = (\d+) tokens", ready).groups()
+    )
+    assert tokens == 16 * blocks
+    full = int(re.search(r"It holds (\d+) sequences of the full (\d+)-token context", ready)[1])
+    assert full >= 1 and "at most 8 run at once" in ready and "--max-num-seqs sets" in ready

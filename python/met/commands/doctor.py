@@ -7,10 +7,12 @@ import importlib
 import os
 import platform
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from met.commands.common import SubParsers, add_command, human_bytes
+from met.commands.common import SubParsers, add_command, human_bytes, resolve_model_or_fail
+from met.server.settings import DEVICES, DTYPES, KV_CACHE_DTYPES, WEIGHT_FORMATS
 
 MIN_FREE_MEMORY = 2 * 1024**3  # the default model with its KV cache needs about this much
 
@@ -21,17 +23,41 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    note: str = ""  # a paragraph printed under the line
 
 
 def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
     parser = add_command(
         subparsers, common, "doctor", "check Python, torch, the C++ core, GPUs and the model"
     )
+    parser.add_argument(
+        "--model",
+        "-m",
+        help="also load this model (GGUF file or folder) and show its capacity plan",
+    )
+    # The flags of `met serve` that size the plan, so that their effect can be tried here.
+    for flag, kind in (
+        ("--max-num-seqs", int),
+        ("--max-model-len", int),
+        ("--kv-cache-blocks", int),
+        ("--gpu-memory-utilization", float),
+    ):
+        parser.add_argument(flag, type=kind, help="as for met serve (with --model)")
+    for flag, choices in (
+        ("--kv-cache-dtype", KV_CACHE_DTYPES),
+        ("--dtype", DTYPES),
+        ("--device", DEVICES),
+        ("--weight-format", WEIGHT_FORMATS),
+    ):
+        parser.add_argument(flag, choices=choices, help="as for met serve (with --model)")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    checks = [_safely(name, probe) for name, probe in PROBES]
+    probes = list(PROBES)
+    if args.model is not None:
+        probes.append(("capacity", lambda: _capacity(args)))
+    checks = [_safely(name, probe) for name, probe in probes]
     width = max(len(check.name) for check in checks)
     for check in checks:
         status = "ok     " if check.ok else "problem"
@@ -39,6 +65,8 @@ def _run(args: argparse.Namespace) -> int:
         if not check.ok and check.fix:
             line += f"  -> {check.fix}"
         print(line)
+        if check.note:
+            print(textwrap.fill(check.note, 100, initial_indent="    ", subsequent_indent="    "))
     problems = sum(not check.ok for check in checks)
     print(f"{problems} problem(s) found" if problems else "all checks passed")
     return 1 if problems else 0
@@ -126,6 +154,26 @@ def _model() -> Check:
     if path.exists():
         return Check("default model", True, str(path))
     return Check("default model", False, f"missing ({path})", "met pull")
+
+
+def _capacity(args: argparse.Namespace) -> Check:
+    """Load the model as `met serve` would and say what fits (met.engine.capacity)."""
+    from met.config import EngineConfig
+    from met.engine.core import EngineCore
+
+    sizing = ("max_num_seqs", "max_model_len", "kv_cache_blocks", "gpu_memory_utilization")
+    choices = ("kv_cache_dtype", "dtype", "device", "weight_format")
+    values = {name: getattr(args, name) for name in (*sizing, *choices)}
+    config = EngineConfig(
+        model=str(resolve_model_or_fail(args.model)),
+        **{name: value for name, value in values.items() if value is not None},
+    )
+    core = EngineCore(config)
+    try:
+        plan = core.capacity
+    finally:
+        core.shutdown()
+    return Check("capacity", True, str(core.model_path), note=plan.describe())
 
 
 def _memory() -> Check:

@@ -97,6 +97,11 @@ class AsyncEngine:
         return self.core.max_model_len
 
     @property
+    def capacity(self):
+        """The CapacityPlan: weights, KV pool, what fits (met.engine.capacity)."""
+        return self.core.capacity
+
+    @property
     def info(self) -> dict:
         core = self.core
         return {

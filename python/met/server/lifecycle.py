@@ -56,13 +56,17 @@ class Lifecycle:
             self._call(self._stop_now)
             return
         engine = self.state.engine
+        webui = "" if self.state.settings.no_webui else " (chat page at /)"
         log.info(
-            "ready in %.1fs: serving '%s' (context %d, %s)",
+            "ready in %.1fs: serving '%s' on %s%s, context %d. %s",
             time.monotonic() - started,
             self.state.served_model_name,
+            self.state.address(),
+            webui,
             engine.max_model_len,
-            ", ".join(f"{k}={v}" for k, v in engine.info.items()),
+            engine.capacity.describe(),
         )
+        log.debug("engine: %s", ", ".join(f"{k}={v}" for k, v in engine.info.items()))
         setup = self.state.chat_setup
         log.info(
             "tool calls: %s format (%s); reasoning parser: %s",
