@@ -1,7 +1,7 @@
 """CPU/GPU speed of the paged forward on a model file: prefill 512 and decode batch 1 / 8.
 
 Usage: PYTHONPATH=python python benchmarks/model_forward.py [--model PATH] [--dtype float32 ...]
-Prints medians; never asserts. Compare with the figures in shared/docs/default-model.md.
+Prints medians; never asserts. Compare with the reference points in benchmarks/README.md.
 """
 
 from __future__ import annotations
