@@ -12,9 +12,12 @@ command -v clang-format >/dev/null || apt_needed+=(clang-format)
 python3 -c "import venv, ensurepip" 2>/dev/null || apt_needed+=(python3-venv)
 # The chat page's browser test (tests/python/test_webui.py) drives headless Chromium; it is
 # installed where we can (CI runs as root on a fresh machine) and only missed elsewhere.
+# MET_SETUP_BROWSER=0 (scripts/serve.sh: serving needs no browser) leaves it out.
 browser_needed=()
-command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser_needed+=(chromium)
-command -v chromedriver >/dev/null || browser_needed+=(chromium-driver)
+if [ "${MET_SETUP_BROWSER:-1}" != 0 ]; then
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser_needed+=(chromium)
+  command -v chromedriver >/dev/null || browser_needed+=(chromium-driver)
+fi
 if [ ${#browser_needed[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt_needed+=("${browser_needed[@]}")
