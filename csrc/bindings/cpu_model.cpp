@@ -40,6 +40,8 @@ cpu::LayerWeights parse_layer(const py::dict& d) {
   l.attn_norm = ptr<const float>(d["attn_norm"].cast<uintptr_t>());
   l.wqkv = parse_weight(d["wqkv"]);
   l.bqkv = ptr<const float>(d["bqkv"].cast<uintptr_t>());
+  if (d.contains("q_norm")) l.q_norm = ptr<const float>(d["q_norm"].cast<uintptr_t>());
+  if (d.contains("k_norm")) l.k_norm = ptr<const float>(d["k_norm"].cast<uintptr_t>());
   l.wo = parse_weight(d["wo"]);
   l.mlp_norm = ptr<const float>(d["mlp_norm"].cast<uintptr_t>());
   l.w_gate_up = parse_weight(d["w_gate_up"]);

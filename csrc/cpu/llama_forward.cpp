@@ -242,6 +242,16 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
     if (w.bqkv != nullptr) {
       for (int64_t i = 0; i < qkv_width_; ++i) qkv[i] += w.bqkv[i];
     }
+    if (w.q_norm != nullptr) {
+      for (int64_t h = 0; h < d.n_heads; ++h)
+        rms_norm_row(qkv + h * hd, w.q_norm, qkv + h * hd, hd, d.norm_eps);
+    }
+    if (w.k_norm != nullptr) {
+      for (int64_t h = 0; h < d.n_kv_heads; ++h) {
+        float* head = qkv + q_width + h * hd;
+        rms_norm_row(head, w.k_norm, head, hd, d.norm_eps);
+      }
+    }
     const float* cos = w_.rope_cos + static_cast<int64_t>(positions_[t]) * (hd / 2);
     const float* sin = w_.rope_sin + static_cast<int64_t>(positions_[t]) * (hd / 2);
     for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)

@@ -1,4 +1,4 @@
-// Owns: one packed forward of a dense Llama-style decoder (Llama, Mistral, Qwen2) on the CPU with
+// Owns: one packed forward of a dense Llama-style decoder (Llama, Mistral, Qwen2/3) on the CPU with
 //   the linear weights kept in GGUF blocks: the whole layer loop runs in C++ inside one OpenMP
 //   team, so a decode step costs no per-op trip through Python.
 // Called by: csrc/bindings/cpu_forward.cpp (python/met/model/cpu_llama.py), tests/cpp.
@@ -30,6 +30,10 @@ struct LayerWeights {
   const float* attn_norm = nullptr;
   QuantWeight wqkv;             // q rows, then k rows, then v rows (rotate-half order)
   const float* bqkv = nullptr;  // Qwen2's q/k/v biases; null when the model has none
+  // Qwen3's per-head RMSNorm weights [head_dim] on Q and on K, applied before RoPE; null when the
+  // model has none.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
   QuantWeight wo;
   const float* mlp_norm = nullptr;
   QuantWeight w_gate_up;  // gate rows, then up rows

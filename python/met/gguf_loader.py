@@ -33,7 +33,7 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
 # Architectures whose Q/K rows llama.cpp's converter interleaves for its RoPE kernel. Qwen2 files
 # use NEOX RoPE and keep the original row order.
 _PERMUTED_ARCHS = {"llama"}
-_SUPPORTED_ARCHS = {"llama", "qwen2"}
+_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3"}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
@@ -48,6 +48,8 @@ _LAYER_NAMES = {
     "attn_q.bias": "bq",
     "attn_k.bias": "bk",
     "attn_v.bias": "bv",
+    "attn_q_norm.weight": "q_norm",
+    "attn_k_norm.weight": "k_norm",
     "attn_output.weight": "wo",
     "ffn_norm.weight": "mlp_norm",
     "ffn_gate.weight": "w_gate",
@@ -93,7 +95,7 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     if arch not in _SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"{path}: architecture {arch!r} is not supported (supported: "
-            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen2-style model"
+            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen2/Qwen3-style model"
         )
 
     def get(key: str, default: Any = None) -> Any:
@@ -128,6 +130,7 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
         tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
         rope_scaling=_rope_scaling(reader, arch),
         attention_bias=any(t.name.endswith("attn_q.bias") for t in reader.tensors),
+        qk_norm=any(t.name.endswith("attn_q_norm.weight") for t in reader.tensors),
     )
     config.validate(str(path))
     return config
@@ -196,6 +199,12 @@ def iter_weights(
     with Path(path).open("rb") as file:
         for tensor in reader.tensors:
             name = _canonical_name(tensor.name)
+            if name is None and _LAYER_RE.fullmatch(tensor.name):
+                # A layer tensor the forward would not apply: running without it is wrong.
+                raise ModelLoadError(
+                    f"{path}: tensor {tensor.name} is not supported for architecture "
+                    f"{config.architecture!r}; met cannot run this model"
+                )
             if name is None:
                 continue  # rope_freqs is read into the config; anything else is not ours to run
             yield name, _weight(tensor, name, config, path, dtype, keep_blocks, file)

@@ -15,7 +15,7 @@ from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_wei
 
 log = logging.getLogger("met.models")
 
-_SUPPORTED = {"llama", "mistral", "qwen2"}
+_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3"}
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "embed",
     "lm_head.weight": "lm_head",
@@ -29,6 +29,8 @@ _LAYER_NAMES = {
     "self_attn.q_proj.bias": "bq",
     "self_attn.k_proj.bias": "bk",
     "self_attn.v_proj.bias": "bv",
+    "self_attn.q_norm.weight": "q_norm",
+    "self_attn.k_norm.weight": "k_norm",
     "self_attn.o_proj.weight": "wo",
     "post_attention_layernorm.weight": "mlp_norm",
     "mlp.gate_proj.weight": "w_gate",
@@ -96,6 +98,7 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         rope_scaling=_rope_scaling(raw.get("rope_scaling"), folder),
         attention_bias=raw["model_type"] == "qwen2" or bool(raw.get("attention_bias", False)),
+        qk_norm=raw["model_type"] == "qwen3",
     )
 
 

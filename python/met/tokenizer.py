@@ -176,9 +176,11 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str | Path, reader: Any = None) -> Tokenizer:
         """From a GGUF file; pass an open GGUFReader to skip parsing the file again (seconds)."""
-        from met.gguf_loader import field_value, open_gguf
+        from met.gguf_loader import field_value, open_gguf, read_config
 
         reader = reader or open_gguf(path)
+        # First, so that a file of an architecture met cannot run says so before anything else.
+        eos_token_ids = read_config(reader, path).eos_token_ids
         kind = field_value(reader, "tokenizer.ggml.model")
         tokens = field_value(reader, "tokenizer.ggml.tokens")
         if not tokens:
@@ -218,13 +220,11 @@ class Tokenizer:
             backend.post_processor = processors.TemplateProcessing(
                 single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
             )
-        from met.gguf_loader import read_config
-
         return cls(
             backend,
             table,
             special,
-            read_config(reader, path).eos_token_ids,
+            eos_token_ids,
             bos_token=token_text("bos_token_id"),
             eos_token=token_text("eos_token_id"),
             chat_template=field_value(reader, "tokenizer.chat_template"),

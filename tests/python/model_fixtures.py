@@ -21,6 +21,8 @@ HF_NAMES = {
     "bq": "self_attn.q_proj.bias",
     "bk": "self_attn.k_proj.bias",
     "bv": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
     "wo": "self_attn.o_proj.weight",
     "mlp_norm": "post_attention_layernorm.weight",
     "w_gate": "mlp.gate_proj.weight",
@@ -76,6 +78,8 @@ def random_weights(config: ModelConfig, seed: int = 0) -> dict[str, torch.Tensor
             p + "w_up": mat(c.ffn, c.hidden),
             p + "w_down": mat(c.hidden, c.ffn),
         }
+        if c.qk_norm:
+            w |= {p + "q_norm": norm(c.head_dim), p + "k_norm": norm(c.head_dim)}
         if c.attention_bias:
             w |= {
                 p + "bq": 0.1 * torch.randn(q_out, generator=gen),
@@ -102,6 +106,7 @@ def save_hf_folder(folder: Path, config: ModelConfig, weights: dict[str, torch.T
         "num_attention_heads": config.n_heads,
         "num_key_value_heads": config.n_kv_heads,
         "hidden_size": config.hidden,
+        "head_dim": config.head_dim,
         "intermediate_size": config.ffn,
         "vocab_size": config.vocab,
         "rope_theta": config.rope_theta,

@@ -9,7 +9,8 @@ from typing import Any
 # Weight names both loaders produce (per layer i), so the forward never sees a file's own naming:
 # embed [V, H], lm_head [V, H] (absent when tied), norm [H];
 # layers.{i}.attn_norm, .wq [nh*hd, H], .wk/.wv [nkv*hd, H], .wo [H, nh*hd],
-# .bq/.bk/.bv (Qwen2 only), .mlp_norm, .w_gate/.w_up [F, H], .w_down [H, F].
+# .bq/.bk/.bv (Qwen2 only), .q_norm/.k_norm [hd] (Qwen3 only), .mlp_norm,
+# .w_gate/.w_up [F, H], .w_down [H, F].
 # Q/K rows are in rotate-half (Hugging Face) order.
 
 
@@ -30,7 +31,7 @@ class RopeScaling:
 
 @dataclass
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" (all run the same dense decoder)
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" (the same dense decoder)
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -47,6 +48,7 @@ class ModelConfig:
     tie_embeddings: bool = False
     rope_scaling: RopeScaling | None = None
     attention_bias: bool = False  # Qwen2: q/k/v projections carry biases
+    qk_norm: bool = False  # Qwen3: per-head RMSNorm on Q and K before RoPE
     # GGUF files of Llama 3.1-style models store the rescale as per-pair divisors instead.
     rope_freq_factors: list[float] | None = None
 
@@ -99,6 +101,8 @@ def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) 
         for i in range(config.n_layers)
         for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
     ]
+    if config.qk_norm:
+        needed += [f"layers.{i}.{n}" for i in range(config.n_layers) for n in ("q_norm", "k_norm")]
     missing = [n for n in needed if n not in weights]
     if missing:
         raise ModelLoadError(

@@ -92,6 +92,8 @@ class CpuLlama:
                 "attn_norm": _address(layer["attn_norm"]),
                 "wqkv": _weight(layer["wqkv"]),
                 "bqkv": _address(layer["bqkv"]),
+                "q_norm": _address(layer["q_norm"]),
+                "k_norm": _address(layer["k_norm"]),
                 "wo": _weight(layer["wo"]),
                 "mlp_norm": _address(layer["mlp_norm"]),
                 "w_gate_up": _weight(layer["w_gate_up"]),

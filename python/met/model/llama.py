@@ -1,4 +1,4 @@
-"""Dense Llama-style decoder (Llama, Mistral, Qwen2) over packed rows and a paged KV cache.
+"""Dense Llama-style decoder (Llama, Mistral, Qwen2/3) over packed rows and a paged KV cache.
 
 One forward runs every row of a batch (prefill chunks and decode steps mixed) through each layer
 as one set of matmuls over all packed tokens; only attention looks at rows separately, and all
@@ -136,10 +136,23 @@ class LlamaModel:
         bias = None
         if p + "bq" in weights:
             bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
+        c = self.config
+        q_norm = take(p + "q_norm") if p + "q_norm" in weights else None
+        k_norm = take(p + "k_norm") if p + "k_norm" in weights else None
+        # Qwen3's Q and K norms as one [n_heads + n_kv_heads, head_dim] scale: the rotated Q/K
+        # tensor is normalized per head in one op.
+        qk_norm = None
+        if q_norm is not None:
+            qk_norm = torch.cat(
+                [q_norm.expand(c.n_heads, -1), k_norm.expand(c.n_kv_heads, -1)]
+            ).contiguous()
         return {
             "attn_norm": take(p + "attn_norm"),
             "wqkv": self._fuse([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
             "bqkv": bias,
+            "q_norm": q_norm,
+            "k_norm": k_norm,
+            "qk_norm": qk_norm,
             "wo": take(p + "wo"),
             "mlp_norm": take(p + "mlp_norm"),
             "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
@@ -215,7 +228,10 @@ class LlamaModel:
         h = F.rms_norm(x, (x.shape[-1],), w["attn_norm"], c.norm_eps)
         qkv = linear(h, w["wqkv"], w["bqkv"])
         # Q and K rotate together as one [T, n_heads + n_kv_heads, head_dim] tensor.
-        qk = _rotate(qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim), cos, sin)
+        qk = qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim)
+        if w["qk_norm"] is not None:
+            qk = F.rms_norm(qk, (c.head_dim,), eps=c.norm_eps) * w["qk_norm"]
+        qk = _rotate(qk, cos, sin)
         q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
         v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
         k_cache, v_cache = kv

@@ -37,7 +37,10 @@ def _attention(x: Tensor, w: dict[str, Tensor], p: str, config: ModelConfig) -> 
         out = x @ w[p + "w" + name].T
         if p + "b" + name in w:
             out = out + w[p + "b" + name]
-        return out.view(n_tok, heads, hd).transpose(0, 1)  # [heads, T, dim]
+        out = out.view(n_tok, heads, hd)
+        if p + name + "_norm" in w:  # Qwen3: each head normalized on its own, before RoPE
+            out = _rms_norm(out, w[p + name + "_norm"], config.norm_eps)
+        return out.transpose(0, 1)  # [heads, T, dim]
 
     q = _rope(project("q", config.n_heads), config)
     k = _rope(project("k", config.n_kv_heads), config)
