@@ -151,6 +151,32 @@ FIXTURES = [
         [],
     ),
     ("generic", "plain words", "plain words", []),
+    (
+        "generic",
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "ge',
+        "",
+        [("get_weather", PARIS)],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+        '<tool_call>{"name": "get_w',
+        "",
+        [("get_weather", PARIS)],
+    ),
+    (
+        "generic",
+        '{"response": "Hi \\"you\\"\\n\\u00e9 \\ud83d\\ude00!"}',
+        'Hi "you"\n\u00e9 \U0001f600!',
+        [],
+    ),
+    ("generic", '{"response": "cut sho', "cut sho", []),
+    (
+        "pythonic",
+        '[get_weather(city="Paris", metric=true)]',
+        "",
+        [("get_weather", json.dumps({"city": "Paris", "metric": True}))],
+    ),
 ]
 
 

@@ -62,7 +62,9 @@ def prepare(state: ServerState, request: ChatRequest) -> PreparedChat:
     if calls_on and not generic:
         kwargs["tools"] = tool_dicts(request.tools)
     elif calls_on:
-        messages = with_system_text(messages, generic_system_text(request.tools))
+        messages = with_system_text(
+            messages, generic_system_text(request.tools, request.tool_choice != "auto")
+        )
     if request.enable_thinking is not None:
         kwargs["enable_thinking"] = request.enable_thinking
     if request.reasoning_effort is not None:

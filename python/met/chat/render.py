@@ -9,12 +9,12 @@ from typing import Any
 from met.chat.types import ChatMessage, ToolSpec
 from met.server.errors import invalid
 
-GENERIC_INSTRUCTIONS = (
-    "You can call these tools (JSON Schema of each one's arguments):\n{tools}\n\n"
+GENERIC_TOOLS = "You can call these tools (JSON Schema of each one's arguments):\n{tools}\n\n"
+GENERIC_CALL = (
     "To call tools, answer with only this JSON object:\n"
-    '{{"tool_calls": [{{"name": "<tool name>", "arguments": {{<arguments>}}}}]}}\n'
-    'To answer without a tool, answer with only: {{"response": "<your answer>"}}'
+    '{"tool_calls": [{"name": "<tool name>", "arguments": {<arguments>}}]}'
 )
+GENERIC_ANSWER = '\nTo answer without a tool, answer with only: {"response": "<your answer>"}'
 
 
 def tool_dicts(tools: list[ToolSpec]) -> list[dict[str, Any]]:
@@ -77,7 +77,8 @@ def _call_dict(i: int, j: int, call: Any) -> dict[str, Any]:
     }
 
 
-def generic_system_text(tools: list[ToolSpec]) -> str:
+def generic_system_text(tools: list[ToolSpec], forced: bool) -> str:
+    """The generic format's description of the tools and of its JSON envelope."""
     listed = "\n".join(
         json.dumps(
             {"name": t.name, "description": t.description or "", "parameters": t.parameters},
@@ -85,7 +86,7 @@ def generic_system_text(tools: list[ToolSpec]) -> str:
         )
         for t in tools
     )
-    return GENERIC_INSTRUCTIONS.format(tools=listed)
+    return GENERIC_TOOLS.format(tools=listed) + GENERIC_CALL + ("" if forced else GENERIC_ANSWER)
 
 
 def with_system_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:

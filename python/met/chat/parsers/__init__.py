@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from met.chat.parsers.base import NoTools, ToolParser
+from met.chat.parsers.generic import GenericParser
 from met.chat.parsers.hermes import HermesParser, Qwen3CoderParser
-from met.chat.parsers.jsonish import GenericParser, Llama3JsonParser, MistralParser
+from met.chat.parsers.jsonish import Llama3JsonParser, MistralParser
 from met.chat.parsers.pythonic import PythonicParser
 from met.chat.parsers.reasoning import ReasoningSplitter
 from met.chat.types import ChatEvent, ReasoningDelta, TextDelta

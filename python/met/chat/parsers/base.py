@@ -137,7 +137,11 @@ class ToolParser:
         if self._in_block:  # cut short (end of text or a limit): parse it as it stands
             block, self._buf = self._buf, ""
             self._in_block = False
-            events += self._block_events(block)
+            if self.calls and self.parse_block(block) is None:
+                # After complete calls, a call cut short is the limit's doing, not an answer.
+                log.warning("%s: a call cut short was dropped: %r", self.name, block)
+            else:
+                events += self._block_events(block)
         rest, self._buf = self._buf, ""
         if rest and not (self.calls and not rest.strip()):
             events.append(TextDelta(rest))
@@ -180,6 +184,10 @@ class ToolParser:
         if isinstance(calls, str):
             self._only_content = self._only_content or self.at_start_only
             return [TextDelta(calls)] if calls else []
+        return self._emit_calls(calls)
+
+    def _emit_calls(self, calls: list[ParsedCall]) -> list[ChatEvent]:
+        """Start and arguments of each call, numbered on from the calls before."""
         events: list[ChatEvent] = []
         for call in calls:
             if self.max_calls is not None and self.calls >= self.max_calls:

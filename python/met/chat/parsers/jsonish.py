@@ -1,5 +1,4 @@
-"""Formats whose calls are bare JSON: llama3_json (Llama 3.1-3.3), mistral (`[TOOL_CALLS]`),
-and the generic envelope met uses for templates without tool support."""
+"""Formats whose calls are bare JSON: llama3_json (Llama 3.1-3.3) and mistral (`[TOOL_CALLS]`)."""
 
 from __future__ import annotations
 
@@ -13,14 +12,14 @@ TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
 
 
-def _loads(text: str) -> object:
+def loads(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError:
         return None
 
 
-def _value_end_after(block: str, start: int) -> int | None:
+def value_end_after(block: str, start: int) -> int | None:
     """End of the JSON object/array that begins (after whitespace) at block[start:]."""
     i = start
     while i < len(block) and block[i].isspace():
@@ -43,11 +42,11 @@ class Llama3JsonParser(ToolParser):
 
     def block_end(self, block: str) -> int | None:
         start = len(PYTHON_TAG) if block.startswith(PYTHON_TAG) else 0
-        end = _value_end_after(block, start)
+        end = value_end_after(block, start)
         return len(block) if end == -1 else end
 
     def parse_block(self, block: str) -> list[ParsedCall] | None:
-        call = call_from_object(_loads(block.removeprefix(PYTHON_TAG).strip()))
+        call = call_from_object(loads(block.removeprefix(PYTHON_TAG).strip()))
         return None if call is None else [call]
 
 
@@ -60,18 +59,18 @@ class MistralParser(ToolParser):
     def block_end(self, block: str) -> int | None:
         rest = block[len(TOOL_CALLS) :]
         if rest.lstrip()[:1] in ("[", "{"):
-            end = _value_end_after(block, len(TOOL_CALLS))
+            end = value_end_after(block, len(TOOL_CALLS))
         else:
             at = block.find(ARGS)
             if at < 0:
                 return None
-            end = _value_end_after(block, at + len(ARGS))
+            end = value_end_after(block, at + len(ARGS))
         return len(block) if end == -1 else end
 
     def parse_block(self, block: str) -> list[ParsedCall] | None:
         rest = block[len(TOOL_CALLS) :].strip()
         if rest[:1] in ("[", "{"):
-            value = _loads(rest)
+            value = loads(rest)
             items = value if isinstance(value, list) else [value]
             calls = [call_from_object(item) for item in items]
             return None if not calls or None in calls else calls  # type: ignore[return-value]
@@ -80,28 +79,3 @@ class MistralParser(ToolParser):
         if not name.strip() or arguments is None:
             return None
         return [ParsedCall(name.strip(), arguments)]
-
-
-class GenericParser(ToolParser):
-    """The whole output is one JSON object: {"tool_calls": [{"name", "arguments"}, ...]},
-    {"tool_call": {...}} or {"response": "the answer"}."""
-
-    name = "generic"
-    openers = ("{",)
-    at_start_only = True
-
-    def block_end(self, block: str) -> int | None:
-        end = _value_end_after(block, 0)
-        return len(block) if end == -1 else end
-
-    def parse_block(self, block: str) -> list[ParsedCall] | str | None:
-        value = _loads(block)
-        if not isinstance(value, dict):
-            return None
-        if isinstance(value.get("response"), str) and len(value) == 1:
-            return value["response"]
-        items = value.get("tool_calls", [value["tool_call"]] if "tool_call" in value else None)
-        if not isinstance(items, list) or not items:
-            return None
-        calls = [call_from_object(item) for item in items]
-        return None if None in calls else calls  # type: ignore[return-value]
