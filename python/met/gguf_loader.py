@@ -15,6 +15,7 @@ from gguf.quants import dequantize
 from met.kernels.cpu_quant import QuantLinear
 from met.kernels.requant import to_kernel_blocks
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+from met.model.fused import FUSED_QKV, split_fused
 from met.model.linear import Weight
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
@@ -33,7 +34,7 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
 # Architectures whose Q/K rows llama.cpp's converter interleaves for its RoPE kernel. Qwen2 files
 # use NEOX RoPE and keep the original row order.
 _PERMUTED_ARCHS = {"llama"}
-_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3"}
+_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3", "phi3"}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
@@ -48,6 +49,7 @@ _LAYER_NAMES = {
     "attn_q.bias": "bq",
     "attn_k.bias": "bk",
     "attn_v.bias": "bv",
+    "attn_qkv.weight": FUSED_QKV,  # Phi-3: q, k, v rows in one matrix
     "attn_q_norm.weight": "q_norm",
     "attn_k_norm.weight": "k_norm",
     "attn_output.weight": "wo",
@@ -58,7 +60,18 @@ _LAYER_NAMES = {
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Weights a matmul reads (the embedding too: tied, it is the lm_head), so keepable as blocks.
-_LINEAR_SUFFIXES = (".wq", ".wk", ".wv", ".wo", ".w_gate", ".w_up", ".w_down", "embed", "lm_head")
+_LINEAR_SUFFIXES = (
+    ".wq",
+    ".wk",
+    ".wv",
+    ".wo",
+    ".w_gate",
+    ".w_up",
+    ".w_down",
+    "embed",
+    "lm_head",
+    FUSED_QKV,
+)
 
 
 def open_gguf(path: str | Path) -> GGUFReader:
@@ -95,7 +108,7 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     if arch not in _SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"{path}: architecture {arch!r} is not supported (supported: "
-            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen2/Qwen3-style model"
+            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen/Phi-3-style model"
         )
 
     def get(key: str, default: Any = None) -> Any:
@@ -131,7 +144,14 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
         rope_scaling=_rope_scaling(reader, arch),
         attention_bias=any(t.name.endswith("attn_q.bias") for t in reader.tensors),
         qk_norm=any(t.name.endswith("attn_q_norm.weight") for t in reader.tensors),
+        rope_attn_factor=float(get("rope.scaling.attn_factor", 1.0)),
     )
+    rotated = int(get("rope.dimension_count", config.head_dim))
+    if rotated != config.head_dim:
+        raise ModelLoadError(
+            f"{path}: RoPE over {rotated} of {config.head_dim} head dimensions (partial rotary) "
+            "is not supported"
+        )
     config.validate(str(path))
     return config
 
@@ -268,13 +288,20 @@ def load_gguf(
     path = Path(path)
     reader = reader or open_gguf(path)
     config = read_config(reader, path)
+    # Phi-3's LongRoPE: the long factors when the model serves more than its original context
+    # (as llama.cpp picks them), else the short ones.
+    original = field_value(reader, f"{config.architecture}.rope.scaling.original_context_length")
+    longrope = "rope_factors_long.weight"
+    if original is None or config.context_length <= int(original):
+        longrope = "rope_factors_short.weight"
     for tensor in reader.tensors:
-        if tensor.name == "rope_freqs.weight":
+        if tensor.name in ("rope_freqs.weight", longrope):
             config.rope_freq_factors = [float(x) for x in _dequantize(tensor, path).reshape(-1)]
     if release_metadata:
         # The vocabulary alone is ~250k small arrays (~90 MB here) that only the tokenizer and
         # the config read; dropping them before the weights arrive lowers the loading peak.
         reader.fields.clear()
     weights = dict(iter_weights(reader, config, path, dtype, keep_blocks))
+    split_fused(weights, config, path)
     check_weights(weights, config, path)
     return config, weights

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,11 @@ import torch
 from safetensors import safe_open
 
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+from met.model.fused import FUSED_GATE_UP, FUSED_QKV, split_fused
 
 log = logging.getLogger("met.models")
 
-_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3"}
+_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "embed",
     "lm_head.weight": "lm_head",
@@ -29,6 +31,8 @@ _LAYER_NAMES = {
     "self_attn.q_proj.bias": "bq",
     "self_attn.k_proj.bias": "bk",
     "self_attn.v_proj.bias": "bv",
+    "self_attn.qkv_proj.weight": FUSED_QKV,  # Phi-3
+    "mlp.gate_up_proj.weight": FUSED_GATE_UP,  # Phi-3: gate rows, then up rows
     "self_attn.q_norm.weight": "q_norm",
     "self_attn.k_norm.weight": "k_norm",
     "self_attn.o_proj.weight": "wo",
@@ -65,6 +69,7 @@ def read_hf_config(folder: str | Path) -> ModelConfig:
         raise ModelLoadError(
             f"{folder}: config.json lacks {exc}; the folder is incomplete"
         ) from exc
+    _longrope(raw, config, folder)
     config.validate(str(folder))
     return config
 
@@ -119,11 +124,30 @@ def _context_length(raw: dict[str, Any], folder: Path) -> int:
     return length
 
 
+def _longrope(raw: dict[str, Any], config: ModelConfig, folder: Path) -> None:
+    """Phi-3's LongRoPE (`longrope`, formerly `su`): per-pair divisors, the long ones when the
+    model serves more than its original context (as llama.cpp picks them), and the magnitude
+    scale llama.cpp's converter derives from the context ratio."""
+    scaling = raw.get("rope_scaling") or {}
+    if (scaling.get("rope_type") or scaling.get("type")) not in ("longrope", "su"):
+        return
+    if float(raw.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ModelLoadError(f"{folder}: partial rotary (Phi-4-mini style) is not supported")
+    original = int(raw.get("original_max_position_embeddings") or config.context_length)
+    longer = config.context_length > original
+    config.rope_freq_factors = [
+        float(f) for f in scaling["long_factor" if longer else "short_factor"]
+    ]
+    scale = config.context_length / original
+    if scale > 1.0:
+        config.rope_attn_factor = math.sqrt(1 + math.log(scale) / math.log(original))
+
+
 def _rope_scaling(raw: dict[str, Any] | None, folder: Path) -> RopeScaling | None:
     if not raw:
         return None
     kind = raw.get("rope_type") or raw.get("type")
-    if kind == "default":
+    if kind in ("default", "longrope", "su"):  # LongRoPE: _longrope
         return None
     if kind not in ("linear", "llama3"):
         raise ModelLoadError(f"{folder}: RoPE scaling {kind!r} is not supported (linear, llama3)")
@@ -178,6 +202,7 @@ def load_hf(
             ) from exc
     if "lm_head" not in weights:
         config.tie_embeddings = True
+    split_fused(weights, config, folder)
     check_weights(weights, config, folder)
     return config, weights
 

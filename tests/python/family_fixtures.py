@@ -4,12 +4,14 @@ package's writer, the way llama.cpp's converter names things) and as Hugging Fac
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import gguf
 import numpy as np
 import torch
 from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
+from safetensors.torch import load_file, save_file
 from test_gguf import MERGES, SPECIALS, _vocab
 
 from met.model.config import ModelConfig
@@ -35,7 +37,18 @@ QWEN3_TEMPLATE = """{%- for message in messages %}
 {%- endif %}
 {%- endif %}"""
 
-# Per family: the config overrides of its tiny model, its GGUF architecture name, its template.
+PHI3_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + "
+    "'<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
+# Phi-3's LongRoPE on the tiny model: a context of 256 over an original 64, so the long factors
+# apply, and cos/sin scale by sqrt(1 + ln(256 / 64) / ln(64)) as llama.cpp's converter derives.
+PHI3_ORIGINAL = 64
+PHI3_LONG = [1.0, 1.1, 1.3, 1.6, 2.0, 2.6, 3.4, 4.5]
+PHI3_SHORT = [1.0, 1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5]
+
+# Per family: the config overrides of its tiny model, its GGUF architecture name, its template,
+# and what that template makes of test_families' conversation.
 FAMILIES: dict[str, dict] = {
     "qwen3": {
         "config": {"architecture": "qwen3", "qk_norm": True, "head_dim": 32, "n_kv_heads": 2},
@@ -44,6 +57,18 @@ FAMILIES: dict[str, dict] = {
         # What the template makes of test_families' conversation (thinking off).
         "rendered": "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
         "<|im_start|>user\nworld<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    },
+    "phi3": {
+        "config": {
+            "architecture": "phi3",
+            "tie_embeddings": False,
+            "rope_freq_factors": PHI3_LONG,
+            "rope_attn_factor": math.sqrt(1 + math.log(256 / PHI3_ORIGINAL) / math.log(64)),
+        },
+        "arch": "phi3",
+        "template": PHI3_TEMPLATE,
+        "rendered": "<|user|>\nhello<|end|>\n<|assistant|>\n<think>\nhm\n</think>\n\nhello"
+        "<|end|>\n<|user|>\nworld<|end|>\n<|assistant|>\n",
     },
 }
 _GGUF_LAYER = {
@@ -54,6 +79,8 @@ _GGUF_LAYER = {
     "bq": "attn_q.bias",
     "bk": "attn_k.bias",
     "bv": "attn_v.bias",
+    "qkv": "attn_qkv.weight",
+    "gate_up": "ffn_up.weight",
     "q_norm": "attn_q_norm.weight",
     "k_norm": "attn_k_norm.weight",
     "wo": "attn_output.weight",
@@ -66,7 +93,8 @@ _LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
 def family_model(family: str, vocab: int, seed: int = 5) -> tuple[ModelConfig, dict]:
-    config = tiny_config(vocab=vocab, tie_embeddings=True, **FAMILIES[family]["config"])
+    overrides = {"tie_embeddings": True, **FAMILIES[family]["config"]}
+    config = tiny_config(vocab=vocab, **overrides)
     return config, random_weights(config, seed=seed)
 
 
@@ -107,12 +135,16 @@ def write_family_gguf(
     w.add_eos_token_id(2)
     w.add_chat_template(spec["template"])
     _store(w, "token_embd.weight", weights["embed"], qtype)
+    if "lm_head" in weights:
+        _store(w, "output.weight", weights["lm_head"], qtype)
     _store(w, "output_norm.weight", weights["norm"], Q.F32)
-    for name, tensor in weights.items():
-        if name.startswith("layers."):
-            _, i, short = name.split(".")
-            kind = qtype if short in _LINEAR else Q.F32
-            _store(w, f"blk.{i}.{_GGUF_LAYER[short]}", tensor, kind)
+    if family == "phi3":
+        _phi3_gguf_extras(w, config)
+    for name, tensor in _gguf_layers(family, weights).items():
+        short = name.rsplit(".", 1)[-1]
+        kind = qtype if short in _LINEAR or short in ("qkv", "gate_up") else Q.F32
+        i = name.split(".")[1]
+        _store(w, f"blk.{i}.{_GGUF_LAYER[short]}", tensor, kind)
     for name, tensor in (extra or {}).items():
         _store(w, name, tensor, Q.F32)
     w.write_header_to_file()
@@ -122,13 +154,52 @@ def write_family_gguf(
     return config, weights
 
 
+def _gguf_layers(family: str, weights: dict) -> dict[str, torch.Tensor]:
+    """Layer tensors by canonical name; Phi-3's fused as its converter fuses them."""
+    layers = {n: t for n, t in weights.items() if n.startswith("layers.")}
+    if family != "phi3":
+        return layers
+    for i in sorted({n.split(".")[1] for n in layers}):
+        p = f"layers.{i}."
+        layers[p + "qkv"] = torch.cat([layers.pop(p + k) for k in ("wq", "wk", "wv")])
+        layers[p + "gate_up"] = torch.cat([layers.pop(p + k) for k in ("w_gate", "w_up")])
+    return layers
+
+
+def _phi3_gguf_extras(w: gguf.GGUFWriter, config: ModelConfig) -> None:
+    w.add_rope_dimension_count(config.head_dim)
+    w.add_rope_scaling_orig_ctx_len(PHI3_ORIGINAL)
+    w.add_rope_scaling_attn_factors(config.rope_attn_factor)
+    w.add_tensor("rope_factors_long.weight", np.array(PHI3_LONG, dtype=np.float32))
+    w.add_tensor("rope_factors_short.weight", np.array(PHI3_SHORT, dtype=np.float32))
+
+
 def write_family_hf(folder: Path, family: str) -> tuple[ModelConfig, dict]:
     """The family's tiny model as a Hugging Face folder (config.json, safetensors, a byte-level
     tokenizer of 256 ids, the chat template)."""
     config, weights = family_model(family, 256)
     folder.mkdir(parents=True, exist_ok=True)
     save_hf_folder(folder, config, weights)
+    if family == "phi3":
+        _phi3_hf(folder, config)
     (folder / "tokenizer.json").write_text(byte_tokenizer_json())
     settings = {"chat_template": FAMILIES[family]["template"], "eos_token": None}
     (folder / "tokenizer_config.json").write_text(json.dumps(settings))
     return config, weights
+
+
+def _phi3_hf(folder: Path, config: ModelConfig) -> None:
+    """Phi-3's own layout of the folder save_hf_folder wrote: fused QKV and gate/up, LongRoPE."""
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    for i in range(config.n_layers):
+        p = f"model.layers.{i}."
+        parts = [tensors.pop(f"{p}self_attn.{k}_proj.weight") for k in "qkv"]
+        tensors[p + "self_attn.qkv_proj.weight"] = torch.cat(parts)
+        parts = [tensors.pop(f"{p}mlp.{k}_proj.weight") for k in ("gate", "up")]
+        tensors[p + "mlp.gate_up_proj.weight"] = torch.cat(parts)
+    save_file(tensors, str(path))
+    raw = json.loads((folder / "config.json").read_text())
+    raw["original_max_position_embeddings"] = PHI3_ORIGINAL
+    raw["rope_scaling"] = {"type": "longrope", "long_factor": PHI3_LONG, "short_factor": PHI3_SHORT}
+    (folder / "config.json").write_text(json.dumps(raw))

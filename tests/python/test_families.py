@@ -99,7 +99,7 @@ def test_greedy_alone_and_batched_and_the_chat_template(tmp_path, family, weight
         assert plain == text.removesuffix("<think>\n\n</think>\n\n")
         ids = llm.tokenizer.encode_chat(messages)
         assert llm.tokenizer.decode(ids, skip_special=False) == plain
-        assert out.usage["prompt_tokens"] == len(ids) and ids.count(1) == 4  # <|im_start|>
+        assert out.usage["prompt_tokens"] == len(ids)
     finally:
         llm.close()
 

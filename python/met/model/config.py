@@ -31,7 +31,7 @@ class RopeScaling:
 
 @dataclass
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" (the same dense decoder)
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" (one dense decoder)
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -50,7 +50,10 @@ class ModelConfig:
     attention_bias: bool = False  # Qwen2: q/k/v projections carry biases
     qk_norm: bool = False  # Qwen3: per-head RMSNorm on Q and K before RoPE
     # GGUF files of Llama 3.1-style models store the rescale as per-pair divisors instead.
+    # Phi-3's LongRoPE keeps them too (its long or short factors, by the context served).
     rope_freq_factors: list[float] | None = None
+    # Phi-3's LongRoPE: cos and sin are scaled by this (so attention scores by its square).
+    rope_attn_factor: float = 1.0
 
     def validate(self, source: str) -> None:
         """Reject shapes the forward cannot run, naming the file they came from."""

@@ -166,8 +166,9 @@ class LlamaModel:
         inv_freq = torch.tensor(self.config.inv_freq(), dtype=torch.float64)
         angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
         # [max_positions, 1, head_dim / 2]: broadcasts over the heads of a [T, heads, dim] tensor.
-        self.cos = angles.cos().to(self.device, self.dtype)[:, None, :]
-        self.sin = angles.sin().to(self.device, self.dtype)[:, None, :]
+        scale = self.config.rope_attn_factor
+        self.cos = (angles.cos() * scale).to(self.device, self.dtype)[:, None, :]
+        self.sin = (angles.sin() * scale).to(self.device, self.dtype)[:, None, :]
 
     def allocate_kv_cache(
         self, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None

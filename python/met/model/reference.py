@@ -25,7 +25,8 @@ def _rope(x: Tensor, config: ModelConfig) -> Tensor:
     n_pos, half = x.shape[1], x.shape[2] // 2
     inv_freq = torch.tensor(config.inv_freq(), dtype=torch.float64)
     angles = torch.arange(n_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
-    rotation = torch.polar(torch.ones_like(angles), angles)  # e^{i * angle}, [T, half]
+    # a * e^{i * angle}, [T, half]; a is 1 except under Phi-3's LongRoPE.
+    rotation = torch.polar(torch.full_like(angles, config.rope_attn_factor), angles)
     pairs = torch.complex(x[..., :half].double(), x[..., half:].double()) * rotation
     return torch.cat([pairs.real, pairs.imag], dim=-1).to(x.dtype)
 
