@@ -3,6 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ConstraintKind = Literal["json_schema", "json_object", "regex", "choice", "lark", "gbnf"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """Structured output: what every sampled token must keep the output a prefix of.
+
+    `value` by kind: json_schema a schema (dict), json_object None (any object), regex a
+    pattern (str, the whole output matches it), choice the allowed outputs (list[str]), lark /
+    gbnf grammar text. `param` is the request field it came from, named by a 400 when the
+    constraint is refused. met.constraints compiles it (llguidance); see its docstring.
+    """
+
+    kind: ConstraintKind
+    value: Any = None
+    param: str = "response_format"
 
 
 @dataclass
@@ -29,10 +47,7 @@ class SamplingParams:
     # max_tokens may be 0: the request only scores its prompt.
     prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
-    # Structured output (met.model.json_mode): JSON mode, the output is one JSON object; or a
-    # JSON schema (met.model.json_schema's subset) the output must match.
-    json_object: bool = False
-    json_schema: dict | None = None
+    constraint: Constraint | None = None  # structured output (met.constraints)
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Raise ValueError("<param>: <why>") for the first out-of-range field."""
@@ -67,15 +82,10 @@ class SamplingParams:
         for token_id in self.stop_token_ids:
             if vocab_size is not None and not 0 <= token_id < vocab_size:
                 raise ValueError(f"stop_token_ids: token id {token_id} is outside the vocabulary")
-        if self.json_schema is not None:
-            if self.json_object:
-                raise ValueError("response_format: JSON mode and a JSON schema exclude each other")
-            from met.model.json_schema import compile_schema
+        if self.constraint is not None:
+            from met.constraints import check  # llguidance is loaded only when a request asks
 
-            try:
-                compile_schema(self.json_schema)
-            except ValueError as e:
-                raise ValueError(f"response_format: {e}") from None
+            check(self.constraint)
 
     @property
     def _least(self) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from constraint_support import assert_json_answer
 from server_harness import ServerProcess, start_server
-from test_json_mode import assert_json_answer
 
 pytestmark = pytest.mark.slow
 

@@ -129,12 +129,12 @@ CASES = [
         None,
     ),
     (
-        "json-schema-pattern",
+        "json-schema-unenforceable",
         CHAT,
         _chat(
             response_format={
                 "type": "json_schema",
-                "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}},
+                "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}},
             }
         ),
         400,
@@ -150,7 +150,7 @@ CASES = [
         "guided_json",
         None,
     ),
-    ("guided-pattern", CMPL, _cmpl(guided_json={"pattern": "x"}), 400, "response_format", None),
+    ("guided-lookaround", CMPL, _cmpl(guided_json={"pattern": "(?=x)"}), 400, "guided_json", None),
     ("tools", CHAT, _chat(tools=[{"type": "function"}]), 400, "tools", None),
     ("unknown-model", CHAT, _chat(model="gpt-17"), 404, "model", "model_not_found"),
     (

@@ -44,8 +44,8 @@ struct SamplingParams {
   int32_t min_tokens = 0;
   std::vector<int32_t> stop_token_ids;  // in addition to the scheduler's eos tokens
   bool ignore_eos = false;
-  // Structured output (JSON mode or a JSON schema): the host sampler constrains every token
-  // (python/met/model/json_mode.py), so no pick may bypass it.
+  // Structured output (a grammar): the host sampler masks every token with the grammar's
+  // bitmask (python/met/constraints/), so no pick may bypass it.
   bool constrained = false;
 
   bool greedy() const { return temperature <= 0.0f; }

@@ -15,6 +15,7 @@ import torch
 
 from met import _core
 from met.config import EngineConfig
+from met.constraints import ModelGrammar
 from met.engine.capacity import CapacityPlan, weight_bytes
 from met.engine.kv_budget import (
     PoolShape,
@@ -31,8 +32,6 @@ from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import cpu_forward_for
 from met.model.cpu_llama import unsupported_reason as cpu_unsupported_reason
 from met.model.cuda_llama import cuda_forward_for
-from met.model.json_mode import JsonConstraint
-from met.model.json_schema import ANY_OBJECT, compile_schema
 from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
@@ -100,7 +99,8 @@ class EngineCore:
         self.generated_tokens_total = 0
         # Finished requests that ran without speculation, by reason (met_spec_requests_off_total).
         self.spec_off_requests: Counter[str] = Counter()
-        self._token_bytes: list[bytes] | None = None  # JSON mode's table, built when first asked
+        # Structured output's tokenizer and compiled grammars, built on the first request asking.
+        self.grammar = ModelGrammar(self.tokenizer, self.model_config.vocab)
         _return_free_heap()
 
     def _pool_shape(self) -> PoolShape:
@@ -201,6 +201,8 @@ class EngineCore:
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Validates a request; returns the max_tokens it will run with (clamped to the context)."""
         params.validate(self.model_config.vocab)
+        if params.constraint is not None:
+            self.grammar.check(params.constraint)
         n_prompt = len(prompt_token_ids)
         if n_prompt == 0:
             raise ValueError("prompt: must not be empty")
@@ -230,8 +232,8 @@ class EngineCore:
             rid, list(prompt_token_ids), _core_params(params, max_tokens), deadline=deadline
         )
         state = RequestOutputState(name, len(prompt_token_ids), params, self.tokenizer)
-        if params.json_object or params.json_schema is not None:
-            self.backend.json_constraints[rid] = self._json_constraint(params.json_schema)
+        if params.constraint is not None:
+            self.backend.constraints[rid] = self.grammar.start(params.constraint)
         if params.prompt_logprobs is not None:
             self.backend.prompt_scores[rid] = PromptScores(prompt_token_ids, params.prompt_logprobs)
         self._live[rid] = _Live(state, time.monotonic())
@@ -289,15 +291,8 @@ class EngineCore:
             return state.on_done(event.finish_reason, event.n, event.cached)
         return state.on_done("error", state.completion_tokens, state.cached_tokens)
 
-    def _json_constraint(self, schema: dict | None) -> JsonConstraint:
-        tok = self.tokenizer
-        if self._token_bytes is None:
-            self._token_bytes = [tok.token_bytes(i) for i in range(tok.vocab_size)]
-        node = ANY_OBJECT if schema is None else compile_schema(schema)
-        return JsonConstraint(self._token_bytes, tok.special_ids, tok.eos_token_ids, node)
-
     def _forget(self, rid: int) -> None:
-        self.backend.json_constraints.pop(rid, None)
+        self.backend.constraints.pop(rid, None)
         self.backend.prompt_scores.pop(rid, None)
         live = self._live.pop(rid, None)
         if live is not None:
@@ -415,7 +410,7 @@ def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParam
     out.min_tokens = params.min_tokens
     out.stop_token_ids = list(params.stop_token_ids)
     out.ignore_eos = params.ignore_eos
-    out.constrained = params.json_object or params.json_schema is not None
+    out.constrained = params.constraint is not None
     return out
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from met import _core
+from met.constraints import MaskPrefetch, SequenceGrammar
 from met.engine.prompt_logprobs import PromptScores
-from met.model.json_mode import JsonConstraint
 from met.model.sampler import SampleSpec, sample
 
 # Calls the scheduler issues for the trace's sake that mean nothing to a single-process dense
@@ -52,9 +52,11 @@ class TorchBackend(_core.Backend):
         self._history: dict[int, list[int]] = {}
         # Prompt tokens each live sequence reused from the prefix cache, by request id.
         self.cached_tokens: dict[int, int] = {}
-        # JSON-mode requests' constraints by request id (the engine adds and drops them: they
-        # outlive a preempted sequence).
-        self.json_constraints: dict[int, JsonConstraint] = {}
+        # Structured-output requests' grammar states by request id (the engine adds and drops
+        # them: they outlive a preempted sequence), and their next masks, computed while the
+        # forward runs.
+        self.constraints: dict[int, SequenceGrammar] = {}
+        self.masks = MaskPrefetch(model.config.vocab)
         # Prompt-logprob requests' scores by request id (the engine adds them, and takes them
         # with the first token).
         self.prompt_scores: dict[int, PromptScores] = {}
@@ -187,6 +189,8 @@ class TorchBackend(_core.Backend):
 
     def _forward(self, rows: list[_Row], stream: int, every_position: bool = False) -> None:
         tables = [self._reserve(row) for row in rows]
+        if self.constraints:
+            self._prefetch_masks(rows)
         self._logits_stream = stream
         with self._on(stream):
             scored = {} if every_position else self._scored_rows(rows)
@@ -236,6 +240,22 @@ class TorchBackend(_core.Backend):
             span = logits[last[i] - len(rows[i].tokens) + 1 : last[i] + 1]
             scores.add(rows[i].start, span)
         return logits[torch.tensor(last, device=logits.device)]
+
+    def _prefetch_masks(self, rows: list[_Row]) -> None:
+        """Each constrained row's matcher takes the output tokens this forward writes (a decode
+        row's token is the one sampled last step), then its next mask starts computing."""
+        states = {}
+        for row in rows:
+            rid = row.seq.session_hash
+            state = self.constraints.get(rid)
+            if state is None:
+                continue
+            history = self._history.get(rid, [])
+            start = row.seq.prompt_len + len(state.consumed)  # the first output not consumed
+            if start >= len(history):
+                state.extend(row.tokens[start - len(history) :])
+            states[rid] = state
+        self.masks.start(states)
 
     def _run_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model.forward(self.kv_cache, **inputs)
@@ -313,6 +333,7 @@ class TorchBackend(_core.Backend):
             return self._sample_rows(rows)
 
     def _sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
+        self.masks.wait()  # the matchers are read below
         out: list[_core.SampledToken | None] = [None] * len(rows)
         plain = [i for i, r in enumerate(rows) if self._kernel_sample and _kernel_samples(r)]
         if plain:
@@ -334,11 +355,15 @@ class TorchBackend(_core.Backend):
 
     def _sample_spec(self, row: _core.SampleRow) -> SampleSpec:
         history = self._history.get(row.seq.session_hash, [])
-        constraint = self.json_constraints.get(row.request_id)
-        if constraint is not None:
-            # The last n_generated tokens are the output, also after a preempted sequence was
-            # prefilled again with its output as part of its prompt.
-            constraint.sync(history[len(history) - row.n_generated :])
+        state = self.constraints.get(row.request_id)
+        mask = None
+        if state is not None:
+            n = row.n_generated
+            if len(state.consumed) != n or (n and state.consumed[-1] != history[-1]):
+                # The last n_generated tokens are the output, also after a preempted sequence
+                # was prefilled again with its output as part of its prompt.
+                state.sync(history[len(history) - n :])
+            mask = self.masks.take(row.request_id, state)
         return SampleSpec(
             params=row.params,
             history=history,
@@ -346,8 +371,7 @@ class TorchBackend(_core.Backend):
             n_generated=row.n_generated,
             mask_stop=row.mask_stop,
             stop_tokens=list(row.stop_tokens),
-            allowed=None if constraint is None else constraint.allows,
-            end=None if constraint is None else constraint.end_token,
+            mask=mask,
         )
 
 

@@ -1,8 +1,9 @@
 """Host sampling for the rows the scheduler hands over (SampleRow in csrc/include/met/types.h).
 
-Order per row: logit bias, penalties, stop mask, then the logprob distribution is taken; then
-temperature, top-k, top-p, min-p and the draw. Logprobs therefore describe the model's
-distribution as adjusted by the request's bias/penalties, before temperature and truncation
+Order per row: logit bias, penalties, stop mask, the structured-output mask, then the logprob
+distribution is taken; then temperature, top-k, top-p, min-p and the draw. Logprobs therefore
+describe the model's distribution as adjusted by the request's bias, penalties and constraint
+(a refused token has logprob -inf), before temperature and truncation
 (what OpenAI reports: a request's logprobs do not change with its temperature or top_p).
 
 A seeded row draws from a generator seeded by (seed, n_generated), so the same request replays
@@ -11,7 +12,7 @@ the same tokens whatever else shares its batches, with no generator state kept b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +48,10 @@ class SampleSpec:
     n_generated: int = 0
     mask_stop: bool = False  # min_tokens not reached: stop tokens may not be drawn
     stop_tokens: Sequence[int] = ()
-    # Structured output (met.model.json_mode): whether a token may come next (the pick is then
-    # the best allowed token in the order the row would have ranked them), and the token that
-    # ends the output once the value is complete (taken unless min_tokens masks stop tokens).
-    allowed: Callable[[int], bool] | None = None
-    end: Callable[[], int | None] | None = None
+    # Structured output (met.constraints): the int32 bitmask row [ceil(V/32)] of the tokens the
+    # grammar allows next; the others get -inf after the stop mask, so greedy takes the best
+    # allowed logit and a draw is from the distribution restricted to the allowed tokens.
+    mask: Tensor | None = None
 
 
 @dataclass
@@ -73,11 +73,29 @@ def sample(logits: Tensor, rows: Sequence[SampleSpec]) -> list[SampledToken]:
     logits = logits.float().clone()
     for i, row in enumerate(rows):
         _adjust(logits[i], row)
+    masked = [i for i, row in enumerate(rows) if row.mask is not None]
+    if masked:
+        apply_masks(logits, masked, [rows[i].mask for i in masked])
     logprobs = torch.log_softmax(logits, dim=-1)
     tokens = _pick(logits, rows)
     return [
         _result(logprobs[i], int(tokens[i]), row.params.top_logprobs) for i, row in enumerate(rows)
     ]
+
+
+def apply_masks(logits: Tensor, index: list[int], masks: list[Tensor]) -> None:
+    """-inf, in place, on every token the rows' bitmasks refuse (one vectorised op, no loop over
+    the vocabulary). A row left with no token at all (an unmet min_tokens masked the stop tokens
+    that are all a complete value allows) is left as it was."""
+    words = torch.stack(masks).to(logits.device, non_blocking=True)
+    bits = torch.arange(32, dtype=torch.int32, device=logits.device)
+    allowed = ((words[:, :, None] >> bits) & 1).bool().reshape(len(index), -1)
+    allowed = allowed[:, : logits.shape[1]]
+    rows = torch.tensor(index, device=logits.device)
+    before = logits.index_select(0, rows)
+    constrained = before.masked_fill(~allowed, float("-inf"))
+    alive = torch.isfinite(constrained).any(dim=-1, keepdim=True)
+    logits.index_copy_(0, rows, torch.where(alive, constrained, before))
 
 
 def _adjust(row_logits: Tensor, row: SampleSpec) -> None:
@@ -115,18 +133,9 @@ def _output_tokens(row: SampleSpec) -> list[int]:
 def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     """Greedy rows take the argmax; the others draw, all truncations batched over them."""
     picks = argmax(logits)
-    ended = {i: token for i, row in enumerate(rows) if (token := _end(row)) is not None}
-    for i, token in ended.items():
-        picks[i] = token
     drawn = [
-        i
-        for i, row in enumerate(rows)
-        if row.params.temperature > 0 and row.params.top_k != 1 and i not in ended
+        i for i, row in enumerate(rows) if row.params.temperature > 0 and row.params.top_k != 1
     ]
-    for i, row in enumerate(rows):
-        if row.allowed is not None and i not in drawn and i not in ended:
-            best = _first_allowed(logits[i], row.allowed, float("-inf"))
-            picks[i] = picks[i] if best is None else best
     if not drawn:
         return picks
     dev = logits.device
@@ -141,26 +150,8 @@ def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
     min_p = column(p.min_p for p in params)
     probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     for j, i in enumerate(drawn):
-        picks[i] = _draw(probs[j], logits[i], rows[i])
+        picks[i] = int(_race(probs[j], rows[i]).argmax())
     return picks
-
-
-def _end(row: SampleSpec) -> int | None:
-    if row.end is None or row.mask_stop:
-        return None
-    return row.end()
-
-
-def _draw(probs: Tensor, logits: Tensor, row: SampleSpec) -> int:
-    scores = _race(probs, row)
-    if row.allowed is None:
-        return int(scores.argmax())
-    # A draw among the allowed tokens the truncation kept; else the best allowed by logit (a
-    # JSON object must go on even where top-k / top-p kept none of its next tokens).
-    best = _first_allowed(scores, row.allowed, 0.0)
-    if best is None:
-        best = _first_allowed(logits, row.allowed, float("-inf"))
-    return int(scores.argmax()) if best is None else best
 
 
 def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
@@ -185,8 +176,7 @@ def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
 
 def _race(probs: Tensor, row: SampleSpec) -> Tensor:
     """Scores whose argmax draws index i with probability p_i: p / E with E ~ Exp(1) (the
-    exponential race; one generator call per row, no cumulative-sum search). Ranked, they draw
-    without replacement, so the best allowed index is a draw from p restricted to the allowed."""
+    exponential race; one generator call per row, no cumulative-sum search)."""
     seed = row.params.seed
     gen = None
     if seed is not None:
@@ -196,29 +186,6 @@ def _race(probs: Tensor, row: SampleSpec) -> Tensor:
     # An exact 0 draw would make 0/0 = NaN win argmax for a masked (probability 0) token.
     noise.clamp_(min=torch.finfo(noise.dtype).tiny)
     return probs / noise
-
-
-def _first_allowed(values: Tensor, allowed: Callable[[int], bool], floor: float) -> int | None:
-    """The index of the largest value above `floor` that `allowed` accepts, or None."""
-    for token, value in _ranked(values):
-        if value <= floor:
-            return None
-        if allowed(token):
-            return token
-    return None
-
-
-def _ranked(values: Tensor) -> Iterator[tuple[int, float]]:
-    """(index, value) from the largest value down: the top 64 first, the whole vocabulary
-    sorted only if the caller reads past them."""
-    top = values.topk(min(64, values.numel()))
-    seen = top.indices.tolist()
-    yield from zip(seen, top.values.tolist(), strict=True)
-    done = set(seen)
-    order = values.argsort(descending=True)
-    for token, value in zip(order.tolist(), values[order].tolist(), strict=True):
-        if token not in done:
-            yield token, value
 
 
 def _result(logprobs: Tensor, token: int, top_logprobs: int) -> SampledToken:

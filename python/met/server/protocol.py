@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from met.sampling import SamplingParams
+from met.constraints import grammar_kind
+from met.sampling import Constraint, SamplingParams
 from met.server.errors import from_validation_error, from_value_error, invalid
 
 MAX_N = 16  # choices per request; each one is a sequence holding KV blocks
 MAX_STOP = 4
 _INT64 = 2**63
-_FORMATS = ("text", "json_object", "json_schema")
 
 
 def _int64(value: int) -> int:
@@ -48,6 +49,17 @@ class ResponseFormat(_Body):
     json_schema: JsonSchemaFormat | None = None
 
 
+class StructuredOutputs(_Body):
+    """vLLM's structured_outputs: one of these."""
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: Any = None  # refused by name rather than ignored
+
+
 class _GenerationBody(_Body):
     model: str | None = None
     n: Int64 | None = None
@@ -67,10 +79,14 @@ class _GenerationBody(_Body):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
-    # Structured output: OpenAI's response_format, or vLLM's guided_json (a schema) on either
-    # endpoint.
+    # Structured output, on either endpoint: OpenAI's response_format, vLLM's
+    # structured_outputs and its older guided_* fields. At most one constraint per request.
     response_format: ResponseFormat | None = None
-    guided_json: dict[str, Any] | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
     # vLLM's: the prompt tokens' logprobs with this many alternatives each.
     prompt_logprobs: int | None = None
 
@@ -191,28 +207,74 @@ def sampling_params(
 
 
 def _structured_output(body: _GenerationBody, params: SamplingParams) -> None:
-    """JSON mode or a JSON schema onto the engine's parameters (the schema is checked by
-    SamplingParams.validate: a keyword met cannot enforce is a 400 naming it)."""
-    fmt = body.response_format
-    if fmt is not None and fmt.type not in _FORMATS:
+    """The request's one structured-output constraint onto the engine's parameters (compiled
+    by SamplingParams.validate: a keyword llguidance cannot enforce is a 400 naming it)."""
+    given = _response_format(body.response_format)
+    given += _vllm_constraints(body.structured_outputs, "structured_outputs.")
+    given += _vllm_constraints(body, "guided_")
+    if len(given) > 1:
+        first, second = given[0].param, given[1].param
         raise invalid(
-            f"response_format: type '{fmt.type}' is not supported; "
-            "'text', 'json_object' and 'json_schema' are",
-            param="response_format",
+            f"{second}: give one structured-output constraint, not both {first} and {second}",
+            param=second,
         )
-    if body.guided_json is not None:
-        if fmt is not None and fmt.type != "text":
-            raise invalid("guided_json: give either it or response_format", param="guided_json")
-        params.json_schema = body.guided_json
-    elif fmt is not None and fmt.type == "json_object":
-        params.json_object = True
-    elif fmt is not None and fmt.type == "json_schema":
+    params.constraint = given[0] if given else None
+
+
+def _response_format(fmt: ResponseFormat | None) -> list[Constraint]:
+    if fmt is None or fmt.type == "text":
+        return []
+    if fmt.type == "json_object":
+        return [Constraint("json_object", None, "response_format")]
+    if fmt.type == "json_schema":
         if fmt.json_schema is None or fmt.json_schema.schema_ is None:
             raise invalid(
                 "response_format.json_schema.schema: a JSON schema is required",
                 param="response_format.json_schema.schema",
             )
-        params.json_schema = fmt.json_schema.schema_
+        return [Constraint("json_schema", fmt.json_schema.schema_, "response_format")]
+    raise invalid(
+        f"response_format: type '{fmt.type}' is not supported; "
+        "'text', 'json_object' and 'json_schema' are",
+        param="response_format",
+    )
+
+
+def _vllm_constraints(fields: Any, prefix: str) -> list[Constraint]:
+    """vLLM's constraint fields of `fields` (structured_outputs.json / guided_json, ...)."""
+    if fields is None:
+        return []
+    out = []
+    if prefix == "structured_outputs.":
+        if fields.structural_tag is not None:
+            raise invalid(
+                f"{prefix}structural_tag: is not supported", param=prefix + "structural_tag"
+            )
+        if fields.json_object:
+            out.append(Constraint("json_object", None, prefix + "json_object"))
+    schema = fields.json_ if prefix == "structured_outputs." else fields.guided_json
+    if schema is not None:
+        out.append(Constraint("json_schema", _schema(schema, prefix + "json"), prefix + "json"))
+    for name in ("regex", "choice", "grammar"):
+        value = getattr(fields, name if prefix == "structured_outputs." else prefix + name)
+        if value is None:
+            continue
+        kind = grammar_kind(value) if name == "grammar" else name
+        out.append(Constraint(kind, value, prefix + name))
+    return out
+
+
+def _schema(value: dict[str, Any] | str, param: str) -> dict[str, Any]:
+    """vLLM takes a schema as an object or as its JSON text."""
+    if isinstance(value, dict):
+        return value
+    try:
+        schema = json.loads(value)
+    except ValueError as e:
+        raise invalid(f"{param}: the schema is not valid JSON ({e})", param=param) from None
+    if not isinstance(schema, dict):
+        raise invalid(f"{param}: a JSON schema must be an object", param=param)
+    return schema
 
 
 def _or(value: Any, default: Any) -> Any:
