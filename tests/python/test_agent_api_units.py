@@ -9,6 +9,7 @@ import json
 import pytest
 
 from met.chat.types import Finish, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart, Usage
+from met.sampling import Constraint
 from met.server.errors import APIError
 from met.server.event_stream import with_heartbeat
 from met.server.messages import convert as messages_convert
@@ -296,7 +297,7 @@ def test_responses_json_schema_format() -> None:
         input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}}
     )
     params = responses_convert.sampling_params(body)
-    assert params.json_schema == schema
+    assert params.constraint == Constraint("json_schema", schema, "text.format")
 
 
 def _events(frames: list[bytes]) -> list[dict]:

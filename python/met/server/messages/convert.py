@@ -7,7 +7,7 @@ import logging
 import re
 
 from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec
-from met.sampling import SamplingParams
+from met.sampling import Constraint, SamplingParams
 from met.server.errors import APIError, invalid
 from met.server.messages.protocol import Block, Message, MessagesBody, Tool, ToolChoice, _Common
 
@@ -54,7 +54,7 @@ def sampling_params(body: MessagesBody) -> SamplingParams:
     )
     output = body.output_config
     if output is not None and output.format is not None:
-        params.json_schema = output.format.schema_
+        params.constraint = Constraint("json_schema", output.format.schema_, "output_config.format")
     if any(s == "" for s in params.stop):
         raise invalid("stop_sequences: stop sequences must not be empty", "stop_sequences")
     try:

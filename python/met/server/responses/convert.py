@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec
-from met.sampling import SamplingParams
+from met.sampling import Constraint, SamplingParams
 from met.server.errors import from_value_error, invalid
 from met.server.responses.protocol import Item, Part, ResponsesBody, Tool
 
@@ -67,9 +67,9 @@ def sampling_params(body: ResponsesBody) -> SamplingParams:
     if fmt is not None and fmt.type == "json_schema":
         if fmt.schema_ is None:
             raise invalid("text.format.schema: a JSON schema is required", "text.format.schema")
-        params.json_schema = fmt.schema_
+        params.constraint = Constraint("json_schema", fmt.schema_, "text.format")
     elif fmt is not None and fmt.type == "json_object":
-        params.json_object = True
+        params.constraint = Constraint("json_object", None, "text.format")
     elif fmt is not None and fmt.type != "text":
         raise invalid(f"text.format.type: '{fmt.type}' is not supported", "text.format.type")
     try:
