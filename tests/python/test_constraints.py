@@ -64,7 +64,7 @@ def _ids(text: str) -> list[int]:
 
 def _allowed(grammar: ModelGrammar, state) -> set[int]:
     masks = MaskPrefetch(grammar.n_vocab)
-    row = masks.take(0, state)
+    row = masks.take(0, state, state.consumed)
     bits = ((row[:, None] >> torch.arange(32, dtype=torch.int32)) & 1).reshape(-1)
     return {int(i) for i in torch.nonzero(bits[: grammar.n_vocab]).flatten()}
 
@@ -162,7 +162,7 @@ def test_a_refused_token_frees_the_sequence(grammar: ModelGrammar) -> None:
     state = grammar.start(Constraint("choice", ["yes", "no"]))
     assert _allowed(grammar, state) == {ord("y"), ord("n")}
     state.extend(_ids("yes!"))  # only an unmet min_tokens forces a token past the end
-    assert state.free and MaskPrefetch(N_VOCAB).take(0, state) is None
+    assert state.free and MaskPrefetch(N_VOCAB).take(0, state, state.consumed) is None
     state.rollback(1)  # replays what stays on a fresh matcher
     assert not state.free and _allowed(grammar, state) == {256}
 
@@ -172,12 +172,32 @@ def test_background_masks_equal_the_ones_computed_at_once(grammar: ModelGrammar)
     for i, state in states.items():
         state.extend(_ids('{"name": "Tom", "age": 1'[: 3 + 4 * i]))
     masks = MaskPrefetch(N_VOCAB)
-    masks.start(states)
+    masks.start([(i, s, []) for i, s in states.items()])
+    masks.wait()  # the matchers are the worker's until then
     at_once = MaskPrefetch(N_VOCAB)
     for i, state in states.items():
-        assert torch.equal(masks.take(i, state), at_once.take(99, state))
+        want = at_once.take(99, state, state.consumed)
+        assert torch.equal(masks.take(i, state, state.consumed), want)
     states[0].extend(_ids("a"))  # moved after its mask was started: computed again
-    assert torch.equal(masks.take(0, states[0]), at_once.take(99, states[0]))
+    want = at_once.take(99, states[0], states[0].consumed)
+    assert torch.equal(masks.take(0, states[0], states[0].consumed), want)
+
+
+def test_masks_after_each_draft_token_leave_the_state_in_place(grammar: ModelGrammar) -> None:
+    c = Constraint("json_schema", CAT)
+    state = grammar.start(c)
+    state.extend(_ids('{"na'))
+    before = _allowed(grammar, state)
+    drafts = _ids('me": "T')
+    masks = MaskPrefetch(N_VOCAB)
+    masks.start([(7, state, drafts)])
+    masks.wait()
+    for j in range(len(drafts) + 1):
+        fresh = grammar.start(c)
+        fresh.extend(_ids('{"na') + drafts[:j])
+        got = masks.take(7, state, state.consumed + drafts[:j])
+        assert torch.equal(got, MaskPrefetch(N_VOCAB).take(0, fresh, fresh.consumed)), j
+    assert state.consumed == _ids('{"na') and _allowed(grammar, state) == before
 
 
 def _mask(allowed: set[int], vocab: int) -> torch.Tensor:

@@ -23,30 +23,38 @@ class MaskPrefetch:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
         self._buffer = torch.empty((0, self.words), dtype=torch.int32)
-        # Request id -> (buffer row, the state as it was when its mask was computed).
-        self._rows: dict[int, tuple[int, int, int]] = {}
+        # (request id, output position) -> (buffer row, the state's matcher and length then).
+        self._rows: dict[tuple[int, int], tuple[int, int, int]] = {}
 
-    def start(self, states: dict[int, SequenceGrammar]) -> None:
-        """Fills the next mask of each state (by request id) in the background."""
+    def start(self, rows: list[tuple[int, SequenceGrammar, list[int]]]) -> None:
+        """Fills, in the background, each state's next mask and, for a row that carries draft
+        tokens (speculative decoding), the mask after each draft token too; the states keep
+        their place (llguidance rolls the drafts back)."""
         self.wait()
-        live = {rid: s for rid, s in states.items() if not s.free}
-        self._rows = {
-            rid: (i, id(s.matcher), len(s.consumed)) for i, (rid, s) in enumerate(live.items())
-        }
-        if not live:
+        live = [(rid, s, d) for rid, s, d in rows if not s.free]
+        self._rows, jobs, n = {}, [], 0
+        for rid, state, drafts in live:
+            done = len(state.consumed)
+            for j in range(1 + len(drafts)):
+                self._rows[(rid, done + j)] = (n + j, id(state.matcher), done)
+            jobs.append((state.matcher, n, drafts))
+            n += 1 + len(drafts)
+        if not jobs:
             return
         if self._pool is None:
             self._executor = llg.LLExecutor()
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="met-grammar-masks")
-        self._buffer = torch.empty((len(live), self.words), dtype=torch.int32)
-        pairs = [(s.matcher, i) for i, s in enumerate(live.values())]
-        self._pending = self._pool.submit(
-            self._executor.unsafe_compute_mask_ptr,
-            pairs,
-            self._buffer.data_ptr(),
-            self.words * 4,
-            len(live),
-        )
+        # Past a draft token the grammar refuses no mask is written: allow all there (the
+        # scheduler accepts no token past the first that differs from the draft).
+        self._buffer = torch.full((n, self.words), -1, dtype=torch.int32)
+        ptr, size = self._buffer.data_ptr(), self.words * 4
+        if any(drafts for _, _, drafts in jobs):
+            fill = self._executor.unsafe_compute_mask_ptr_with_draft_token
+            self._pending = self._pool.submit(fill, jobs, ptr, size, n)
+        else:
+            pairs = [(matcher, i) for matcher, i, _ in jobs]
+            fill = self._executor.unsafe_compute_mask_ptr
+            self._pending = self._pool.submit(fill, pairs, ptr, size, n)
 
     def wait(self) -> None:
         """Joins the batch in flight (its matchers may be read or moved on only after this)."""
@@ -54,15 +62,17 @@ class MaskPrefetch:
             pending, self._pending = self._pending, None
             pending.result()
 
-    def take(self, rid: int, state: SequenceGrammar) -> torch.Tensor | None:
-        """The int32 bitmask row [words] of the state's next token (None: unconstrained). A
-        state that moved since its mask was started (a resync) gets its mask computed now."""
+    def take(self, rid: int, state: SequenceGrammar, output: list[int]) -> torch.Tensor | None:
+        """The int32 bitmask row [words] of the token after `output` (None: unconstrained).
+        One not computed in the background, or whose state moved since, is computed now."""
         self.wait()
+        where = self._rows.get((rid, len(output)))
+        unmoved = where is not None and where[1:] == (id(state.matcher), len(state.consumed))
+        if unmoved and not state.free:
+            return self._buffer[where[0]]
+        state.sync(output)
         if state.free:
             return None
-        where = self._rows.get(rid)
-        if where is not None and where[1:] == (id(state.matcher), len(state.consumed)):
-            return self._buffer[where[0]]
         row = torch.empty(self.words, dtype=torch.int32)
         state.matcher.unsafe_compute_mask_ptr(row.data_ptr(), self.words * 4)
         return row

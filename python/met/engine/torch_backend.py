@@ -242,20 +242,21 @@ class TorchBackend(_core.Backend):
         return logits[torch.tensor(last, device=logits.device)]
 
     def _prefetch_masks(self, rows: list[_Row]) -> None:
-        """Each constrained row's matcher takes the output tokens this forward writes (a decode
-        row's token is the one sampled last step), then its next mask starts computing."""
-        states = {}
+        """Each constrained row's matcher takes the output this forward writes (a decode row's
+        first token is the one sampled last step; draft tokens after it are not output yet),
+        then its next masks start computing."""
+        jobs = []
         for row in rows:
             rid = row.seq.session_hash
             state = self.constraints.get(rid)
             if state is None:
                 continue
-            history = self._history.get(rid, [])
-            start = row.seq.prompt_len + len(state.consumed)  # the first output not consumed
-            if start >= len(history):
-                state.extend(row.tokens[start - len(history) :])
-            states[rid] = state
-        self.masks.start(states)
+            known = self._history.get(rid, []) + row.tokens[: 1 if row.draft else None]
+            if len(known) < row.seq.prompt_len:
+                continue  # a prompt chunk: no output yet
+            state.sync(known[row.seq.prompt_len :])
+            jobs.append((rid, state, row.tokens[1:] if row.draft else []))
+        self.masks.start(jobs)
 
     def _run_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model.forward(self.kv_cache, **inputs)
@@ -358,12 +359,10 @@ class TorchBackend(_core.Backend):
         state = self.constraints.get(row.request_id)
         mask = None
         if state is not None:
-            n = row.n_generated
-            if len(state.consumed) != n or (n and state.consumed[-1] != history[-1]):
-                # The last n_generated tokens are the output, also after a preempted sequence
-                # was prefilled again with its output as part of its prompt.
-                state.sync(history[len(history) - n :])
-            mask = self.masks.take(row.request_id, state)
+            # The output is what follows the prompt (also after a preempted sequence was
+            # prefilled again with its output; a verify row's history also holds its drafts).
+            start = row.seq.prompt_len
+            mask = self.masks.take(row.request_id, state, history[start : start + row.n_generated])
         return SampleSpec(
             params=row.params,
             history=history,
