@@ -54,7 +54,13 @@ FAMILIES: dict[str, dict] = {
         "config": {"architecture": "qwen3", "qk_norm": True, "head_dim": 32, "n_kv_heads": 2},
         "arch": "qwen3",
         "template": QWEN3_TEMPLATE,
-        # What the template makes of test_families' conversation (thinking off).
+        "rendered": "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+        "<|im_start|>user\nworld<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    },
+    "qwen2": {
+        "config": {"architecture": "qwen2", "attention_bias": True},
+        "arch": "qwen2",
+        "template": QWEN3_TEMPLATE,
         "rendered": "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
         "<|im_start|>user\nworld<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
     },
