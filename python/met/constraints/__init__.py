@@ -30,7 +30,9 @@ and the engine's check against the model's tokenizer (EngineCore.check_request, 
 is queued) raise ValueError("<param>: <why>"), which the server turns into a 400 in OpenAI's
 shape naming `param`: unknown or unenforceable keywords (`uniqueItems`, `contains`, `not`,
 `if`, look-around in a regex), malformed schemas, regexes or grammars, constraints over
-MAX_CONSTRAINT_BYTES or over llguidance's parser limits.
+MAX_CONSTRAINT_BYTES, nested deeper than MAX_SCHEMA_DEPTH or over llguidance's parser limits.
+A matcher that fails later, mid-output (llguidance's per-step limits), allows only the stop
+tokens from then on: the output ends there.
 
 Schema semantics: JSON Schema as llguidance enforces it (pattern, lengths, numeric bounds,
 multipleOf, allOf, anyOf, oneOf, prefixItems, format, local $ref, ...). An object schema with
@@ -48,6 +50,7 @@ met.model.sampler.apply_masks puts them on the logits.
 from met.constraints.compile import (
     JSON_WHITESPACE,
     MAX_CONSTRAINT_BYTES,
+    MAX_SCHEMA_DEPTH,
     check,
     closed_objects,
     grammar_kind,
@@ -59,6 +62,7 @@ from met.constraints.state import ModelGrammar, SequenceGrammar
 __all__ = [
     "JSON_WHITESPACE",
     "MAX_CONSTRAINT_BYTES",
+    "MAX_SCHEMA_DEPTH",
     "MaskPrefetch",
     "ModelGrammar",
     "SequenceGrammar",

@@ -9,7 +9,7 @@ from typing import Any
 
 import llguidance as llg
 
-from met.constraints.compile import check, limits, one_line
+from met.constraints.compile import check, grammar_text, limits, one_line
 from met.sampling import Constraint
 
 _CACHED_GRAMMARS = 64  # compiled matchers kept per model, by grammar text
@@ -61,7 +61,7 @@ class ModelGrammar:
 
     def check(self, c: Constraint) -> llg.LLMatcher:
         """The compiled matcher of `c` (cached); ValueError("<param>: <why>") if it is refused."""
-        grammar = check(c, self.tokenizer)
+        grammar = grammar_text(c)
         if c.kind in ("lark", "gbnf"):
             self._refuse_stop_tokens(c)
         with self._lock:
@@ -69,6 +69,7 @@ class ModelGrammar:
             if matcher is not None:
                 self._compiled.move_to_end(grammar)
                 return matcher
+        check(c, self.tokenizer)
         matcher = llg.LLMatcher(self.tokenizer, grammar, limits=limits(), log_level=0)
         if matcher.is_error():
             raise ValueError(f"{c.param}: {one_line(matcher.get_error())}")

@@ -127,7 +127,12 @@ class AsyncEngine:
             raise EngineDeadError(f"the engine stopped: {self._dead}")
         if not self._accepting:
             raise QueueFullError("the server is shutting down")
-        self.core.check_request(prompt_token_ids, params)
+        if params.constraint is None:
+            self.core.check_request(prompt_token_ids, params)
+        else:
+            # Compiling a grammar against the tokenizer (the first one also builds llguidance's
+            # tokenizer) takes up to a second within its limits: off the event loop.
+            await asyncio.to_thread(self.core.check_request, prompt_token_ids, params)
         waiting = len(self._subscribers) - self.config.max_num_seqs
         if waiting >= self.config.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.config.max_queue} requests)")
