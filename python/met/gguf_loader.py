@@ -146,6 +146,9 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
         qk_norm=any(t.name.endswith("attn_q_norm.weight") for t in reader.tensors),
         rope_attn_factor=float(get("rope.scaling.attn_factor", 1.0)),
     )
+    window = field_value(reader, f"{arch}.attention.sliding_window")
+    if window and int(window) < config.context_length:
+        config.sliding_window = int(window)
     rotated = int(get("rope.dimension_count", config.head_dim))
     if rotated != config.head_dim:
         raise ModelLoadError(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 from pathlib import Path
@@ -14,8 +13,6 @@ from safetensors import safe_open
 
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
 from met.model.fused import FUSED_GATE_UP, FUSED_QKV, split_fused
-
-log = logging.getLogger("met.models")
 
 _SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
 _GLOBAL_NAMES = {
@@ -95,7 +92,8 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         ffn=int(raw["intermediate_size"]),
         vocab=int(raw["vocab_size"]),
         rope_theta=float(raw.get("rope_theta", 10000.0)),
-        context_length=_context_length(raw, folder),
+        context_length=int(raw.get("max_position_embeddings", 2048)),
+        sliding_window=_sliding_window(raw),
         norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=[int(e) for e in eos_ids],
@@ -107,21 +105,14 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
     )
 
 
-def _context_length(raw: dict[str, Any], folder: Path) -> int:
-    """max_position_embeddings, capped at a sliding attention window (Mistral 7B v0.1's 4096):
-    met attends to the whole context, which is what such a model computes only up to its
-    window. Qwen2 configs name a window but switch it off with use_sliding_window."""
-    length = int(raw.get("max_position_embeddings", 2048))
+def _sliding_window(raw: dict[str, Any]) -> int | None:
+    """The attention window (Mistral 7B v0.1's 4096) when it is narrower than the context;
+    Qwen2 configs name a window but switch it off with use_sliding_window."""
     window = raw.get("sliding_window")
+    length = int(raw.get("max_position_embeddings", 2048))
     if window and raw.get("use_sliding_window", True) and int(window) < length:
-        log.warning(
-            "%s: sliding-window attention (%d tokens) is not implemented; the context is capped "
-            "at the window, where full attention computes the same",
-            folder,
-            int(window),
-        )
         return int(window)
-    return length
+    return None
 
 
 def _longrope(raw: dict[str, Any], config: ModelConfig, folder: Path) -> None:

@@ -98,8 +98,9 @@ _GGUF_LAYER = {
 _LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
-def family_model(family: str, vocab: int, seed: int = 5) -> tuple[ModelConfig, dict]:
-    overrides = {"tie_embeddings": True, **FAMILIES[family]["config"]}
+def family_model(family: str, vocab: int, seed: int = 5, **shape: int) -> tuple[ModelConfig, dict]:
+    """The family's tiny model; `shape` overrides tiny_config's sizes."""
+    overrides = {"tie_embeddings": True, **FAMILIES[family]["config"], **shape}
     config = tiny_config(vocab=vocab, **overrides)
     return config, random_weights(config, seed=seed)
 
@@ -113,14 +114,18 @@ def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> Non
 
 
 def write_family_gguf(
-    path: Path, family: str, qtype: Q = Q.Q8_0, extra: dict[str, torch.Tensor] | None = None
+    path: Path,
+    family: str,
+    qtype: Q = Q.Q8_0,
+    extra: dict[str, torch.Tensor] | None = None,
+    **shape: int,
 ) -> tuple[ModelConfig, dict]:
     """The family's tiny model as llama.cpp's converter writes it: linear weights in `qtype`,
     norms in F32, a byte-level BPE vocabulary with the chat tokens and template; `extra`
     tensors (F32) added as named."""
     spec = FAMILIES[family]
     tokens = _vocab()
-    config, weights = family_model(family, len(tokens))
+    config, weights = family_model(family, len(tokens), **shape)
     w = gguf.GGUFWriter(str(path), spec["arch"])
     w.add_block_count(config.n_layers)
     w.add_context_length(config.context_length)

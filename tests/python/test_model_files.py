@@ -91,22 +91,22 @@ def test_load_model_dispatches_hf_folder(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("extra", "context"),
+    ("extra", "window"),
     [
-        ({"sliding_window": 128}, 128),  # Mistral 7B v0.1: capped at the window
-        ({"sliding_window": 128, "use_sliding_window": False}, 256),  # Qwen2: window off
-        ({"sliding_window": None}, 256),  # Mistral v0.2 and later
-        ({"sliding_window": 4096}, 256),  # a window wider than the context changes nothing
+        ({"sliding_window": 128}, 128),  # Mistral 7B v0.1: attention within the window
+        ({"sliding_window": 128, "use_sliding_window": False}, None),  # Qwen2: window off
+        ({"sliding_window": None}, None),  # Mistral v0.2 and later
+        ({"sliding_window": 4096}, None),  # a window wider than the context changes nothing
     ],
 )
-def test_a_sliding_window_caps_the_context(tmp_path, extra, context):
+def test_a_sliding_window_is_read_and_the_context_kept(tmp_path, extra, window):
     config = tiny_config()  # context_length 256
     save_hf_folder(tmp_path, config, random_weights(config))
     raw = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps(raw | extra))
     (tmp_path / "tokenizer.json").write_text(_TOKENIZER_JSON)
     loaded, _, _ = models.load_model(tmp_path, dtype="float32", device="cpu")
-    assert loaded.context_length == context
+    assert loaded.context_length == 256 and loaded.sliding_window == window
 
 
 _TOKENIZER_JSON = """{

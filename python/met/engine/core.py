@@ -75,7 +75,7 @@ class EngineCore:
         cpp_forward = (
             self.model.device.type == "cpu"
             and config.tensor_parallel_size == 1
-            and cpu_unsupported_reason(self.model) is None
+            and cpu_unsupported_reason(self.model, self.max_model_len) is None
         )
         self.kv_dtype = kv_dtype(config.kv_cache_dtype, self.model.dtype, cpp_forward)
         num_blocks, sized_by = self._num_kv_blocks()
@@ -381,7 +381,7 @@ def _fast_forward(model, kv_cache, max_model_len: int, config: EngineConfig):
         return cuda_forward_for(
             model, kv_cache, max_model_len, config.max_num_seqs, eager=config.enforce_eager
         )
-    return cpu_forward_for(model, kv_cache)
+    return cpu_forward_for(model, kv_cache, max_model_len)
 
 
 def _rank0_shard(world: int):

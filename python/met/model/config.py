@@ -54,6 +54,9 @@ class ModelConfig:
     rope_freq_factors: list[float] | None = None
     # Phi-3's LongRoPE: cos and sin are scaled by this (so attention scores by its square).
     rope_attn_factor: float = 1.0
+    # Sliding-window attention (Mistral 7B v0.1): a query at position p attends to keys
+    # p - window + 1 .. p only; None: the whole context.
+    sliding_window: int | None = None
 
     def validate(self, source: str) -> None:
         """Reject shapes the forward cannot run, naming the file they came from."""

@@ -17,8 +17,12 @@ from met.kernels.cpu_quant import QuantLinear
 from met.model.llama import IntArray, LlamaModel, PagedKvCache
 
 
-def unsupported_reason(model: LlamaModel) -> str | None:
-    """Why `model` cannot run through the C++ CPU forward, or None when it can."""
+def unsupported_reason(model: LlamaModel, max_len: int | None = None) -> str | None:
+    """Why `model` cannot run through the C++ CPU forward serving contexts up to `max_len`
+    (default: the model's), or None when it can."""
+    window = model.config.sliding_window
+    if window and (max_len or model.config.context_length) > window:
+        return "the C++ forward does not window attention yet (a context up to the window does)"
     if model.device.type != "cpu" or model.dtype != torch.float32:
         return "the C++ forward runs float32 on the CPU"
     if model.reduce is not None:
@@ -57,8 +61,10 @@ class CpuLlama:
     """LlamaModel's forward() contract, run by _core.cpu.LlamaForward over the same weights and
     KV pool (both stay owned by `model` and `cache`, which this object keeps alive)."""
 
-    def __init__(self, model: LlamaModel, cache: PagedKvCache, n_threads: int = 0) -> None:
-        reason = unsupported_reason(model)
+    def __init__(
+        self, model: LlamaModel, cache: PagedKvCache, n_threads: int = 0, max_len: int | None = None
+    ) -> None:
+        reason = unsupported_reason(model, max_len)
         if reason:
             raise ValueError(f"CpuLlama: {reason}")
         self.model, self.cache = model, cache
@@ -182,8 +188,10 @@ def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
     return torch.as_tensor(values).to(device="cpu", dtype=dtype).contiguous()
 
 
-def cpu_forward_for(model: LlamaModel, cache: PagedKvCache) -> LlamaModel | CpuLlama:
+def cpu_forward_for(
+    model: LlamaModel, cache: PagedKvCache, max_len: int | None = None
+) -> LlamaModel | CpuLlama:
     """The forward the engine should run: the C++ one whenever the model and pool allow it."""
-    if unsupported_reason(model) or cache.k.dtype not in KV_DTYPES:
+    if unsupported_reason(model, max_len) or cache.k.dtype not in KV_DTYPES:
         return model
-    return CpuLlama(model, cache)
+    return CpuLlama(model, cache, max_len=max_len)

@@ -39,6 +39,8 @@ def unsupported_reason(model: LlamaModel) -> str | None:
         return "met._core was built without CUDA"
     if model.reduce is not None:
         return "tensor parallelism runs the torch forward"
+    if model.config.sliding_window and model.config.sliding_window < model.cos.shape[0]:
+        return "met's CUDA kernels do not window attention yet"
     if model.config.qk_norm:
         return "met's CUDA kernels do not apply Qwen3's Q/K norms yet"
     if model.config.head_dim % 8 or model.config.head_dim > 256:

@@ -324,7 +324,10 @@ class LlamaModel:
         blocks = tables[single][:, key_pos // bs]
         slots = (blocks * bs + key_pos % bs).clamp_(min=0)
         lens = torch.tensor([ctx[b] for b in single], device=dev)
-        mask = self._additive((key_pos[None, :] < lens[:, None])[:, None, None, :])
+        allowed = key_pos[None, :] < lens[:, None]
+        if self.config.sliding_window:
+            allowed &= key_pos[None, :] >= lens[:, None] - self.config.sliding_window
+        mask = self._additive(allowed[:, None, None, :])
         tokens = torch.tensor([cu[b] for b in single], device=dev)
         return _AttnPlan(tokens, slots, mask, prefill, all_decode=len(single) == len(ctx))
 
@@ -338,7 +341,10 @@ class LlamaModel:
         dev, n_q = self.device, end - start
         key_pos = torch.arange(ctx, device=dev)
         query_pos = torch.arange(ctx - n_q, ctx, device=dev)
-        mask = self._additive((key_pos[None, :] <= query_pos[:, None]).repeat(self.groups, 1))
+        allowed = key_pos[None, :] <= query_pos[:, None]
+        if self.config.sliding_window:
+            allowed &= key_pos[None, :] > query_pos[:, None] - self.config.sliding_window
+        mask = self._additive(allowed.repeat(self.groups, 1))
         # A row that starts at position 0 has all its keys in this step's fresh K/V.
         slots = None if ctx == n_q else table[key_pos // bs] * bs + key_pos % bs
         return _PrefillRow(start, end, slots, mask)

@@ -50,6 +50,8 @@ def _attention(x: Tensor, w: dict[str, Tensor], p: str, config: ModelConfig) -> 
     k, v = k.repeat_interleave(repeat, dim=0), v.repeat_interleave(repeat, dim=0)
     scores = q @ k.transpose(1, 2) / math.sqrt(hd)
     future = torch.ones(n_tok, n_tok, dtype=torch.bool).triu(diagonal=1)
+    if config.sliding_window:  # and the past beyond the window
+        future |= torch.ones(n_tok, n_tok, dtype=torch.bool).tril(-config.sliding_window)
     probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
     out = (probs @ v).transpose(0, 1).reshape(n_tok, config.n_heads * hd)
     return out @ w[p + "wo"].T
