@@ -47,6 +47,9 @@ class SamplingParams:
     # max_tokens may be 0: the request only scores its prompt.
     prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
+    # False: control tokens the model writes stay in the text (stop tokens never do); the chat
+    # pipeline asks for it when a tool-call format's markers are control tokens.
+    skip_special_tokens: bool = True
     constraint: Constraint | None = None  # structured output (met.constraints)
 
     def validate(self, vocab_size: int | None = None) -> None:

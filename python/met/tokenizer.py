@@ -118,6 +118,10 @@ class Tokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         return self._token_bytes[token_id]
 
+    def special_id(self, text: str) -> int | None:
+        """The id of the control token whose text is `text`, if the model has one."""
+        return self._special_by_text.get(text)
+
     def encode(self, text: str, add_special: bool = False) -> list[int]:
         """Token ids of `text`; text that looks like a control token stays plain text."""
         return self._backend.encode(text, add_special_tokens=add_special).ids

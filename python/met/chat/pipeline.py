@@ -4,6 +4,7 @@ where it must be; ChatRun: its n choices as typed events (streamed) or ChatResul
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -12,20 +13,27 @@ from typing import Any
 
 from fastapi import Request
 
+from met.chat.constrain import EFFORT_BUDGETS, Plan, Thinking
 from met.chat.parsers import TOOL_PARSERS, ChoiceParser
 from met.chat.parsers.base import NoTools
+from met.chat.parsers.hermes import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from met.chat.parsers.jsonish import ARGS, PYTHON_TAG, TOOL_CALLS
+from met.chat.parsers.pythonic import PYTHON_END, PYTHON_START
 from met.chat.parsers.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
 from met.chat.render import generic_system_text, template_messages, tool_dicts, with_system_text
 from met.chat.setup import ChatSetup
 from met.chat.types import ChatEvent, ChatRequest, ChatResult, Finish, Logprobs, ToolSpec, Usage
 from met.engine.outputs import CompletionDelta, TokenLogprob
-from met.sampling import SamplingParams
+from met.sampling import Constraint, SamplingParams
 from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
 from met.server.state import ServerState
 
 log = logging.getLogger("met.chat")
 
+# What the output parsers look for; the ones a model has as control tokens must stay in the text.
+MARKERS = (THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALLS, ARGS, PYTHON_TAG)
+MARKERS += (PYTHON_START, PYTHON_END)
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
@@ -55,18 +63,19 @@ def prepare(state: ServerState, request: ChatRequest) -> PreparedChat:
     _check_tools(request)
     setup = state.chat_setup
     calls_on = bool(request.tools) and request.tool_choice != "none"
-    tool_format = setup.tool_format if calls_on else "none"
     generic = setup.tool_format == "generic" or not setup.template_tools
     messages = template_messages(request.messages, generic=generic)
     kwargs = dict(request.template_kwargs)
     if calls_on and not generic:
         kwargs["tools"] = tool_dicts(request.tools)
     elif calls_on:
-        messages = with_system_text(
-            messages, generic_system_text(request.tools, request.tool_choice != "auto")
-        )
-    if request.enable_thinking is not None:
-        kwargs["enable_thinking"] = request.enable_thinking
+        forced = request.tool_choice != "auto"
+        messages = with_system_text(messages, generic_system_text(request.tools, forced))
+    enable_thinking = request.enable_thinking
+    if enable_thinking is None and request.reasoning_effort == "none":
+        enable_thinking = False
+    if enable_thinking is not None:
+        kwargs["enable_thinking"] = enable_thinking
     if request.reasoning_effort is not None:
         kwargs["reasoning_effort"] = request.reasoning_effort
     prompt_ids = render(engine, messages, kwargs)
@@ -74,10 +83,78 @@ def prepare(state: ServerState, request: ChatRequest) -> PreparedChat:
     params.max_tokens = fit_max_tokens(
         len(prompt_ids), params.max_tokens, engine.max_model_len, "messages"
     )
-    tail = engine.tokenizer.decode(prompt_ids[-8:], skip_special=False)
-    starts_thinking = setup.reasoning is not None and _opens_thinking(tail)
-    max_calls = None if request.parallel_tool_calls else 1
-    return PreparedChat(request, prompt_ids, params, setup, tool_format, starts_thinking, max_calls)
+    tail = engine.tokenizer.decode(prompt_ids[-8:], False)
+    thinking = _thinking(state, request, enable_thinking, tail)
+    specials = _marker_tokens(engine.tokenizer)
+    if any(engine.tokenizer.special_id(m) is not None for m in specials):
+        params.skip_special_tokens = False  # the parsers must see markers that are control tokens
+    plan = _plan(request, setup.tool_format if calls_on else "none", thinking, specials)
+    text = plan.grammar()
+    if text is not None:
+        user = request.params.constraint
+        param = "tools" if plan.forced else user.param if user else "max_thinking_tokens"
+        params.constraint = Constraint("lark", text, param=param)
+    return PreparedChat(
+        request,
+        prompt_ids,
+        params,
+        setup,
+        plan.fmt,
+        thinking is not None and thinking.opened,
+        None if request.parallel_tool_calls else 1,
+    )
+
+
+def _thinking(
+    state: ServerState, request: ChatRequest, enable: bool | None, tail: str
+) -> Thinking | None:
+    """Whether (and how) the output may begin with thinking; None when it cannot."""
+    if state.chat_setup.reasoning is None:
+        return None
+    at = tail.rfind(THINK_OPEN)
+    opened = at >= 0 and THINK_CLOSE not in tail[at:]
+    if not opened and (THINK_CLOSE in tail or enable is False):
+        return None  # the template closed the think block: no thinking this turn
+    budget = request.max_thinking_tokens
+    if budget is None and request.reasoning_effort is not None:
+        budget = EFFORT_BUDGETS.get(request.reasoning_effort)
+    if budget is None:
+        budget = state.settings.max_thinking_tokens
+    return Thinking(opened, budget)
+
+
+@functools.cache
+def _marker_tokens(tokenizer: Any) -> dict[str, int]:
+    """The markers that are one token of the model, by id (control tokens or added text)."""
+    out = {}
+    for marker in MARKERS:
+        token = tokenizer.special_id(marker)
+        if token is None:
+            ids = tokenizer.encode(marker)
+            token = ids[0] if len(ids) == 1 else None
+        if token is not None:
+            out[marker] = token
+    return out
+
+
+def _plan(
+    request: ChatRequest, fmt: str, thinking: Thinking | None, specials: dict[str, int]
+) -> Plan:
+    choice = request.tool_choice
+    forced = fmt != "none" and (choice == "required" or isinstance(choice, dict))
+    named = named_tool(request)
+    user = request.params.constraint
+    kind = user.kind if user is not None else None
+    return Plan(
+        fmt=fmt,
+        tools=[named] if named is not None else list(request.tools),
+        forced=forced,
+        parallel=request.parallel_tool_calls and named is None,
+        thinking=thinking,
+        schema=user.value if kind == "json_schema" else None,
+        json_mode=kind == "json_object",
+        specials=specials,
+    )
 
 
 def render(engine: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:
@@ -87,11 +164,6 @@ def render(engine: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) 
     except ValueError as e:  # the template's own checks (role order, ...) judge the client's input
         log.info("chat template rejected the messages: %s", e)
         raise invalid(f"messages: the chat template rejected them: {e}", "messages") from None
-
-
-def _opens_thinking(tail: str) -> bool:
-    at = tail.rfind(THINK_OPEN)
-    return at >= 0 and THINK_CLOSE not in tail[at:]
 
 
 def _check_tools(request: ChatRequest) -> None:
@@ -106,8 +178,7 @@ def _check_tools(request: ChatRequest) -> None:
         if tool.name in names:
             raise invalid(f"tools[{i}].function.name: {tool.name!r} is defined twice", "tools")
         names.add(tool.name)
-        if not isinstance(tool.parameters, dict):
-            raise invalid(f"tools[{i}].function.parameters: must be a JSON Schema object", "tools")
+        _check_schema(i, tool)
     choice = request.tool_choice
     if isinstance(choice, dict):
         if choice.get("name") not in names:
@@ -122,6 +193,19 @@ def _check_tools(request: ChatRequest) -> None:
         )
     elif choice == "required" and not request.tools:
         raise invalid("tool_choice: 'required' needs at least one tool", param="tool_choice")
+
+
+def _check_schema(i: int, tool: ToolSpec) -> None:
+    """A schema the grammar engine cannot enforce is refused now, naming the tool."""
+    from met.constraints import check  # llguidance loads when a request first needs it
+
+    where = f"tools[{i}].function.parameters"
+    if not isinstance(tool.parameters, dict):
+        raise invalid(f"{where}: must be a JSON Schema object", "tools")
+    try:
+        check(Constraint("json_schema", tool.parameters, param=where))
+    except ValueError as e:
+        raise invalid(str(e), "tools") from None
 
 
 def named_tool(request: ChatRequest) -> ToolSpec | None:

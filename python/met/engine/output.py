@@ -20,7 +20,7 @@ class RequestOutputState:
         self.request_id = request_id
         self.prompt_len = prompt_len
         self.params = params
-        self.detok = IncrementalDetokenizer(tokenizer)
+        self.detok = IncrementalDetokenizer(tokenizer, params.skip_special_tokens)
         self.text = ""
         self.emitted = 0  # characters of self.text already handed out
         self.completion_tokens = 0

@@ -39,9 +39,6 @@ async def create_chat_completion(request: Request) -> Response:
     top = _top_logprobs(body)
     requested = body.max_completion_tokens
     params = sampling_params(body, body.max_tokens if requested is None else requested, top)
-    if body.tools:
-        # Until forced calls can be enforced by the grammar engine, tools stay refused.
-        raise invalid("tools: tool calling is not supported yet", param="tools")
     prepared = prepare(state, chat_request(body, params))
     run = await ChatRun.start(state, prepared, f"chatcmpl-{uuid.uuid4().hex}", request)
     envelope = Envelope(run.gen.request_id, "chat.completion", model, body.include_usage)
