@@ -15,21 +15,85 @@ from met.model.cpu_llama import CpuLlama, cpu_forward_for, unsupported_reason
 from met.model.llama import LlamaModel
 
 LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
-# Both forwards quantize activations to int8 per 32-block and share the matmul kernel; they differ
-# only in float summation order (attention, norms): measured max abs differences of ~1.5e-6 on
-# logits of magnitude ~4. The margin leaves room for an int8 rounding flipped by that order.
+# Against a reference that shares the C++ forward's reductions (below), the two measured equal bit
+# for bit on every path (the rest is elementwise IEEE arithmetic in the same order); ATOL is the
+# margin the comparison was written with.
 ATOL = 1e-3
 # Every test here runs once per kernel path this CPU supports (conftest.cpu_path).
 pytestmark = pytest.mark.usefixtures("cpu_path")
 
 
-def quant_model(qtype: str = "Q8_0", quant_embed: bool = True, **overrides) -> LlamaModel:
+class SharedReductionsLlama(LlamaModel):
+    """The torch forward with its three order-sensitive stages (RMSNorm, SiLU, attention) run
+    through the C++ kernels, each checked on its own against torch (test_elementwise_kernels_
+    match_torch, test_cpu_attention.py): everything else (embedding, the fused QKV split and
+    biases, RoPE, GQA, the K/V store and its fp16 rounding, slots, residuals, the head) stays
+    the torch model's own.
+
+    Why: both forwards round every matmul input to int8 per 32-block and K/V to fp16, so a 1e-7
+    difference in the order of a float sum that lands on a rounding boundary flips one int8 step
+    or fp16 ulp, which later layers amplify to 1e-2 (a Sapphire Rapids Xeon's torch kernels did
+    that to the fp16-pool test; a float64 RMSNorm in the reference does it here). Sharing the
+    reductions makes both sides take the same rounding decisions on every CPU and path, so the
+    comparison stays at 1e-3.
+    """
+
+    def forward(self, cache, ids, pos, slots, tables, seq_lens, cu, logits_rows):
+        # _attention needs the rows as the C++ kernel reads them; the torch plan keeps slots.
+        self._rows = (tables.contiguous(), seq_lens.contiguous(), cu.contiguous(), cache.block_size)
+        return super().forward(cache, ids, pos, slots, tables, seq_lens, cu, logits_rows)
+
+    __call__ = forward
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        rows, dim = x.shape
+        _core.cpu.rms_norm(
+            x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, dim, self.config.norm_eps
+        )
+        return out
+
+    def _gated(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate.contiguous(), up.contiguous()
+        out = torch.empty_like(gate)
+        _core.cpu.silu_mul(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel())
+        return out
+
+    def _attention(self, q, k, v, k_cache, v_cache, plan) -> torch.Tensor:
+        c = self.config
+        tables, seq_lens, cu, block_size = self._rows
+        q = q.contiguous()
+        out = torch.empty(q.shape[0], c.n_heads * c.head_dim)
+        _core.cpu.paged_attention(
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            out.data_ptr(),
+            len(seq_lens),
+            cu.data_ptr(),
+            seq_lens.data_ptr(),
+            tables.data_ptr(),
+            tables.shape[1],
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+            block_size,
+            1.0 / c.head_dim**0.5,
+            kv_half=k_cache.dtype == torch.float16,
+        )
+        return out
+
+
+def quant_model(
+    qtype: str = "Q8_0", quant_embed: bool = True, reference: bool = False, **overrides
+) -> LlamaModel:
     config = tiny_config(**overrides)
     weights = random_weights(config, seed=3)
     for name in list(weights):
         if name.split(".")[-1] in LINEAR or (quant_embed and name == "embed"):
             weights[name] = QuantLinear.from_float(weights[name], qtype)
-    return LlamaModel(config, weights)
+    return (SharedReductionsLlama if reference else LlamaModel)(config, weights)
 
 
 def paired_runners(
@@ -60,7 +124,7 @@ STEPS = [
     ],
 )
 def test_matches_the_torch_forward(qtype: str, overrides: dict, quant_embed: bool) -> None:
-    model = quant_model(qtype, quant_embed, **overrides)
+    model = quant_model(qtype, quant_embed, reference=True, **overrides)
     torch_runner, cpp_runner = paired_runners(model)
     for rows in STEPS:
         want = torch_runner.step(rows)
@@ -72,13 +136,15 @@ def test_matches_the_torch_forward(qtype: str, overrides: dict, quant_embed: boo
 
 def test_an_fp16_pool_matches_the_torch_forward_over_an_fp16_pool() -> None:
     # Both round K/V to float16 as they store them (ties to even) and read them back exactly.
-    model = quant_model("Q8_0")
+    model = quant_model("Q8_0", reference=True)
     torch_runner, cpp_runner = paired_runners(model, torch.float16)
     assert cpp_runner.cache.k.dtype == torch.float16
     for rows in STEPS:
         for w, g in zip(torch_runner.step(rows), cpp_runner.step(rows), strict=True):
             torch.testing.assert_close(g, w, atol=ATOL, rtol=0)
-    torch.testing.assert_close(cpp_runner.cache.k, torch_runner.cache.k, atol=2e-3, rtol=2e-3)
+    # The same fp32 K/V rounded the same way (ties to even): the pools hold the same bits.
+    assert torch.equal(cpp_runner.cache.k, torch_runner.cache.k)
+    assert torch.equal(cpp_runner.cache.v, torch_runner.cache.v)
 
 
 def test_a_decode_row_is_bitwise_the_same_alone_and_batched() -> None:

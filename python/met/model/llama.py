@@ -209,8 +209,7 @@ class LlamaModel:
         for i, layer in enumerate(self.layers):
             x = self._layer(x, layer, cache.layer_slots(i), slots, cos, sin, plan)
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
-        h = F.rms_norm(x[rows], (x.shape[-1],), self.norm, self.config.norm_eps)
-        return linear(h, self.lm_head).float()
+        return linear(self._norm(x[rows], self.norm), self.lm_head).float()
 
     __call__ = forward
 
@@ -226,8 +225,7 @@ class LlamaModel:
     ) -> Tensor:
         c = self.config
         n_tok, q_width, kv_width = x.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-        h = F.rms_norm(x, (x.shape[-1],), w["attn_norm"], c.norm_eps)
-        qkv = linear(h, w["wqkv"], w["bqkv"])
+        qkv = linear(self._norm(x, w["attn_norm"]), w["wqkv"], w["bqkv"])
         # Q and K rotate together as one [T, n_heads + n_kv_heads, head_dim] tensor.
         qk = qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim)
         if w["qk_norm"] is not None:
@@ -243,9 +241,16 @@ class LlamaModel:
         v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         attn = self._attention(q, k, v, k_cache, v_cache, plan)
         x = x + self._reduced(linear(attn, w["wo"]))
-        h = F.rms_norm(x, (x.shape[-1],), w["mlp_norm"], c.norm_eps)
-        gate, up = linear(h, w["w_gate_up"]).chunk(2, dim=-1)
-        return x + self._reduced(linear(F.silu(gate) * up, w["w_down"]))
+        gate, up = linear(self._norm(x, w["mlp_norm"]), w["w_gate_up"]).chunk(2, dim=-1)
+        return x + self._reduced(linear(self._gated(gate, up), w["w_down"]))
+
+    # The two elementwise stages with a reduction or a transcendental, as methods so that a test
+    # reference can run them (and _attention) through the C++ kernels: see test_cpu_model.py.
+    def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.config.norm_eps)
+
+    def _gated(self, gate: Tensor, up: Tensor) -> Tensor:
+        return F.silu(gate) * up
 
     def _reduced(self, partial: Tensor) -> Tensor:
         return partial if self.reduce is None else self.reduce(partial)
