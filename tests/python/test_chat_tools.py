@@ -283,3 +283,4 @@ def test_no_kv_block_is_left_behind(server: ServerProcess) -> None:
                 break
             assert time.monotonic() < deadline, stats
             time.sleep(0.1)
+        assert 'api="chat",code="200",finish="tool_calls"' in http.get("/metrics").text

@@ -249,6 +249,8 @@ class ChatRun:
             reason = public_finish_reason(delta.finish_reason, self.gen.request_id) or "stop"
             if reason == "stop" and parser.tools.calls:
                 reason = "tool_calls"
+                # The request's log line and metrics label say so too.
+                self.gen.finish_reasons[index] = reason
             events.append(Finish(reason, delta.stop_sequence))
         return events
 
