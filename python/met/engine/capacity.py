@@ -1,15 +1,26 @@
-"""The engine's capacity plan in words: what the weights take, how big the KV pool is, how many
-sequences of what length it holds, and which flag changes what. Said once at start-up (the
-server's ready line) and by `met doctor --model M`, so that "why only 8 at once?" has its answer
-before it is asked."""
+"""The engine's capacity plan: the KV pool's size (plan_capacity), and the plan in words: what
+the weights take, how big the pool is, how many sequences of what length it holds, and which flag
+changes what. Said once at start-up (the server's ready line) and by `met doctor --model M`, so
+that "why only 8 at once?" has its answer before it is asked."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
+from met.config import EngineConfig
+from met.engine.kv_budget import (
+    PoolShape,
+    activation_reserve,
+    gpu_budget,
+    pool_blocks,
+    pool_shape,
+)
 from met.kernels.cpu_quant import QuantLinear
+from met.model.config import ModelConfig
 
 # A typical request's prompt + output, for the second figure of the plan.
 _EXAMPLE_TOKENS = 1024
@@ -78,3 +89,49 @@ class CapacityPlan:
             "longest context, --kv-cache-blocks the pool's size, --kv-cache-dtype its bytes a "
             f"token{gpu}."
         )
+
+
+def plan_capacity(
+    cfg: EngineConfig, mc: ModelConfig, model, kv_dtype: torch.dtype, max_model_len: int
+) -> CapacityPlan:
+    """Size the KV pool for `model` (--kv-cache-blocks, else max_num_seqs full contexts within
+    the budget of met.engine.kv_budget) and describe the result."""
+    element = torch.empty((), dtype=kv_dtype).element_size()
+    shape = pool_shape(mc, element, cfg.block_size, max_model_len, cfg.tensor_parallel_size)
+    blocks, sized_by = _pool_blocks(cfg, mc, model, shape)
+    return CapacityPlan(
+        device=str(model.device),
+        weights_bytes=weight_bytes(model),
+        kv_dtype=str(kv_dtype).removeprefix("torch."),
+        kv_token_bytes=shape.block_bytes // cfg.block_size,
+        kv_blocks=blocks,
+        block_size=cfg.block_size,
+        max_num_seqs=cfg.max_num_seqs,
+        max_model_len=max_model_len,
+        sized_by=sized_by,
+    )
+
+
+def _pool_blocks(cfg: EngineConfig, mc: ModelConfig, model, shape: PoolShape) -> tuple[int, str]:
+    """The pool's size in blocks, and how it was chosen, in words naming the flag."""
+    if cfg.kv_cache_blocks:
+        return cfg.kv_cache_blocks, "as --kv-cache-blocks sets"
+    if model.device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(model.device)
+        activations = torch.empty((), dtype=model.dtype).element_size()
+        reserve = activation_reserve(mc, activations, cfg.max_batch_tokens, cfg.max_num_seqs)
+        budget = gpu_budget(total, free, cfg.gpu_memory_utilization, reserve)
+        within = (
+            f"within --gpu-memory-utilization {cfg.gpu_memory_utilization:g} of the GPU, "
+            f"after the weights, other processes and {reserve >> 20} MiB for activations"
+        )
+    else:
+        budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+        within = "within a quarter of RAM, committed only as blocks are first written"
+    blocks = pool_blocks(shape, cfg.max_num_seqs, budget)
+    seqs = cfg.max_num_seqs
+    if blocks >= shape.context_blocks * seqs:
+        return blocks, f"room for --max-num-seqs {seqs} full contexts {within}"
+    if blocks * shape.block_bytes > budget:
+        return blocks, f"one full context, the least it takes, though over the budget {within}"
+    return blocks, f"capped {within} (short of --max-num-seqs {seqs} full contexts)"

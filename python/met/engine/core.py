@@ -11,20 +11,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 
-import torch
-
 from met import _core
 from met.config import EngineConfig
 from met.constraints import ModelGrammar
-from met.engine.capacity import CapacityPlan, weight_bytes
-from met.engine.kv_budget import (
-    PoolShape,
-    activation_reserve,
-    gpu_budget,
-    kv_dtype,
-    pool_blocks,
-    pool_shape,
-)
+from met.engine.capacity import plan_capacity
+from met.engine.kv_budget import kv_dtype
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
 from met.engine.prompt_logprobs import PromptScores
@@ -78,8 +69,10 @@ class EngineCore:
             and cpu_unsupported_reason(self.model, self.max_model_len) is None
         )
         self.kv_dtype = kv_dtype(config.kv_cache_dtype, self.model.dtype, cpp_forward)
-        num_blocks, sized_by = self._num_kv_blocks()
-        self.capacity = self._capacity(num_blocks, sized_by)
+        self.capacity = plan_capacity(
+            config, self.model_config, self.model, self.kv_dtype, self.max_model_len
+        )
+        num_blocks = self.capacity.kv_blocks
         kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size, self.kv_dtype)
         # The CPU pool commits memory page by page as blocks are first written (PagedKvCache):
         # reusing cached blocks before touching new ones keeps its resident size at the peak in
@@ -102,52 +95,6 @@ class EngineCore:
         # Structured output's tokenizer and compiled grammars, built on the first request asking.
         self.grammar = ModelGrammar(self.tokenizer, self.model_config.vocab)
         _return_free_heap()
-
-    def _pool_shape(self) -> PoolShape:
-        cfg = self.config
-        element = torch.empty((), dtype=self.kv_dtype).element_size()
-        return pool_shape(
-            self.model_config, element, cfg.block_size, self.max_model_len, cfg.tensor_parallel_size
-        )
-
-    def _num_kv_blocks(self) -> tuple[int, str]:
-        """The pool's size in blocks, and how it was chosen (for the capacity plan)."""
-        cfg, mc = self.config, self.model_config
-        if cfg.kv_cache_blocks:
-            return cfg.kv_cache_blocks, "as --kv-cache-blocks sets"
-        shape = self._pool_shape()
-        if self.model.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.model.device)
-            activations = torch.empty((), dtype=self.model.dtype).element_size()
-            reserve = activation_reserve(mc, activations, cfg.max_batch_tokens, cfg.max_num_seqs)
-            budget = gpu_budget(total, free, cfg.gpu_memory_utilization, reserve)
-            within = (
-                f"within --gpu-memory-utilization {cfg.gpu_memory_utilization:g} of the GPU, "
-                f"after the weights, other processes and {reserve >> 20} MiB for activations"
-            )
-        else:
-            budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
-            within = "within a quarter of RAM, committed only as blocks are first written"
-        blocks = pool_blocks(shape, cfg.max_num_seqs, budget)
-        if blocks >= shape.context_blocks * cfg.max_num_seqs:
-            return blocks, f"room for --max-num-seqs {cfg.max_num_seqs} full contexts {within}"
-        if blocks * shape.block_bytes > budget:
-            return blocks, f"one full context, the least it takes, though over the budget {within}"
-        return blocks, f"capped {within} (short of --max-num-seqs {cfg.max_num_seqs} full contexts)"
-
-    def _capacity(self, num_blocks: int, sized_by: str) -> CapacityPlan:
-        cfg = self.config
-        return CapacityPlan(
-            device=str(self.model.device),
-            weights_bytes=weight_bytes(self.model),
-            kv_dtype=str(self.kv_dtype).removeprefix("torch."),
-            kv_token_bytes=self._pool_shape().block_bytes // cfg.block_size,
-            kv_blocks=num_blocks,
-            block_size=cfg.block_size,
-            max_num_seqs=cfg.max_num_seqs,
-            max_model_len=self.max_model_len,
-            sized_by=sized_by,
-        )
 
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:
