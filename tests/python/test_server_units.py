@@ -214,6 +214,7 @@ def test_max_tokens_clamped_to_context() -> None:
         (b'{"prompt": "x", "top_p": 0}', "top_p"),
         (b'{"prompt": "x", "max_tokens": 9223372036854775808}', "max_tokens"),
         (b'{"prompt": "x", "top_k": -9223372036854775809}', "top_k"),
+        (b'{"prompt": "x", "prompt_logprobs": 9223372036854775808}', "prompt_logprobs"),
         (b'{"prompt": [1, 18446744073709551616]}', "prompt"),
         (b'{"prompt": "x", "stream_options": {"include_usage": true}}', "stream_options"),
         (b'{"prompt": "x", "stream": false, "stream_options": {}}', "stream_options"),

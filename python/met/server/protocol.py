@@ -88,7 +88,7 @@ class _GenerationBody(_Body):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     # vLLM's: the prompt tokens' logprobs with this many alternatives each.
-    prompt_logprobs: int | None = None
+    prompt_logprobs: Int64 | None = None
 
     @property
     def include_usage(self) -> bool:
