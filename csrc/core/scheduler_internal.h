@@ -34,6 +34,11 @@ struct Live {
   std::unique_ptr<NgramProposer> proposer;
   std::string spec_off;
   int32_t acc = 0;  // accepted draft tokens
+  // Steps left without drafting, and the next such pause: a sequence whose draft is rejected
+  // outright waits 1, 2, 4, ... up to 16 steps before drafting again; one accepted token resets
+  // both (text that does not copy its context stops paying for verify rows).
+  int32_t draft_pause = 0;
+  int32_t draft_backoff = 0;
 
   int32_t prompt_len() const { return static_cast<int32_t>(req.prompt.size()); }
   int32_t remaining() const { return req.params.max_tokens - static_cast<int32_t>(output.size()); }

@@ -9,6 +9,8 @@
 namespace met {
 namespace {
 
+constexpr int32_t kMaxDraftPause = 16;
+
 // A decode step in which every row with a draft carries 1 + k tokens (its pending token, then
 // the draft) through one forward, next to plain rows (k = 0). Row outputs are read back exactly
 // as a plain step would (device argmax, or each position sampled on the host with the request's
@@ -88,13 +90,17 @@ class SpecDecode : public DecodeStrategy {
     return std::max(0, std::min({k, l.remaining() - 1, sched.config().max_seq_len - used - 1}));
   }
 
-  bool propose(const Scheduler& sched, const std::vector<Live*>& rows, int32_t k,
+  bool propose(const Scheduler& sched, std::vector<Live*>& rows, int32_t k,
                std::vector<std::vector<int32_t>>& drafts) {
     const auto t0 = std::chrono::steady_clock::now();
     bool any = false;
     for (size_t i = 0; i < rows.size(); ++i) {
-      const Live& l = *rows[i];
+      Live& l = *rows[i];
       if (!l.proposer) continue;
+      if (l.draft_pause > 0) {
+        --l.draft_pause;
+        continue;
+      }
       drafts[i] = l.proposer->propose(room(sched, l, k));
       any = any || !drafts[i].empty();
     }
@@ -170,6 +176,12 @@ class SpecDecode : public DecodeStrategy {
     stats_.drafted += k;
     stats_.accepted += taken - 1;
     l.acc += taken - 1;
+    if (taken == 1 && !l.finished) {
+      l.draft_backoff = std::min(kMaxDraftPause, std::max(1, 2 * l.draft_backoff));
+      l.draft_pause = l.draft_backoff;
+    } else {
+      l.draft_backoff = 0;
+    }
     sched.backend().commit_accepted_prefix(l.seq, taken, k);
   }
 

@@ -132,8 +132,10 @@ class EngineCore:
             raise ValueError(f"speculative: {', '.join(SPECULATIVE)}; not {setting!r}")
         if self.config.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens: must be at least 1")
-        # The worker ranks mirror rank 0's forwards call by call and have no verify forward.
-        if self.config.tensor_parallel_size > 1:
+        # The worker ranks mirror rank 0's forwards call by call and have no verify forward; the
+        # GPU forward's bit-identity of verify rows with one-token decode (what keeps output
+        # unchanged) has not been checked on a device yet.
+        if self.config.tensor_parallel_size > 1 or self.model.device.type == "cuda":
             return _core.SpecMode.Off
         return SPECULATIVE[setting]
 
