@@ -45,6 +45,16 @@ def test_settings_weight_format_reaches_the_engine() -> None:
     assert load_settings([], env={"MET_WEIGHT_FORMAT": "gguf"}).engine.weight_format == "gguf"
 
 
+def test_settings_speculation_reaches_the_engine() -> None:
+    engine = load_settings([], env={}).engine
+    assert (engine.speculative, engine.num_speculative_tokens) == ("off", 4)
+    argv = ["--speculative", "ngram", "--num-speculative-tokens", "6"]
+    engine = load_settings(argv, env={}).engine
+    assert (engine.speculative, engine.num_speculative_tokens) == ("ngram", 6)
+    with pytest.raises(SystemExit):
+        load_settings(["--speculative", "eagle"], env={})
+
+
 @pytest.mark.parametrize(
     ("env", "content"),
     [

@@ -49,6 +49,11 @@ BASE = 'name = "x"\n[[requests]]\nid = 1\nprompt_len = 2\ntoks = [5, 63]\n'
             "options.eos_tokens",
             "expected a list of integers, got int",
         ),
+        (
+            BASE.replace("[[requests]]", '[options]\nspeculative = "fast"\n[[requests]]'),
+            "options.speculative",
+            "expected one of off, ngram, ngram-forced, got 'fast'",
+        ),
         (BASE + "prompt_len = 0\n", "toml", None),
     ],
 )
