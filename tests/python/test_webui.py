@@ -132,7 +132,9 @@ def test_chat_in_a_real_browser(server: ServerProcess, browser, artifacts: Path)
 
     # A long answer: its text grows while it streams, then Stop ends it and the server frees it.
     _set(browser, "max-tokens", "800")
-    answer = _ask(browser, "Count from one to five hundred, one number per line.")
+    # Greedy, the default model writes this story up to max_tokens (800 tokens, seconds even on a
+    # quiet machine), so Stop always lands while it streams; counting to 500 ends after 13 tokens.
+    answer = _ask(browser, "Write a very long story about a dragon, at least two thousand words.")
     body = answer.find_element("css selector", ".body")
     first = _wait(lambda: body.text.strip() and body.text, what="streamed text")
     _wait(lambda: len(body.text) > len(first) and _stats(answer) is None, what="the text to grow")
