@@ -6,18 +6,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "met/mix64.h"
+
 namespace met {
 
 namespace {
-// splitmix64's finalizer: a bijection with full avalanche, so every token bit reaches every hash
-// bit and chaining through it cannot collapse two different parents into one state.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 std::string seq_name(uint64_t seq) { return "sequence " + std::to_string(seq); }
 }  // namespace
 

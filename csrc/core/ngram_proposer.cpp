@@ -4,16 +4,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "met/mix64.h"
+
 namespace met {
-namespace {
-// splitmix64's finalizer (as the block hashes use): every token bit reaches every hash bit.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 NgramProposer::NgramProposer(NgramConfig cfg) : cfg_(cfg) {
   if (cfg_.min_n < 1 || cfg_.max_n < cfg_.min_n) {
