@@ -10,11 +10,11 @@ import math
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from met import _core
 from met.constraints import MaskPrefetch, SequenceGrammar
+from met.engine.kernel_sampling import kernel_params, kernel_samples
 from met.engine.prompt_logprobs import PromptScores
 from met.model.sampler import SampleSpec, sample
 
@@ -336,11 +336,11 @@ class TorchBackend(_core.Backend):
     def _sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         self.masks.wait()  # the matchers are read below
         out: list[_core.SampledToken | None] = [None] * len(rows)
-        plain = [i for i, r in enumerate(rows) if self._kernel_sample and _kernel_samples(r)]
+        plain = [i for i, r in enumerate(rows) if self._kernel_sample and kernel_samples(r)]
         if plain:
             picked = [rows[i] for i in plain]
             draws = self._kernel_sample(
-                self._logits, [r.row for r in picked], _kernel_params(picked)
+                self._logits, [r.row for r in picked], kernel_params(picked)
             )
             # No logprob was asked for these rows, so none is computed.
             for i, token in zip(plain, draws.tolist(), strict=True):
@@ -377,35 +377,6 @@ class TorchBackend(_core.Backend):
 def _slice_row(piece: _core.PrefillSlice) -> _Row:
     prompt = piece.prompt
     return _Row(piece.seq, list(prompt[piece.start : piece.start + piece.len]), piece.start)
-
-
-def _kernel_samples(row: _core.SampleRow) -> bool:
-    """Whether met's sampling kernel can draw this row: it has temperature, top-k, top-p and
-    min-p only, and reports no logprobs. A row's sampler depends on its own request alone, so a
-    seeded request replays the same tokens whatever shares its batch."""
-    p = row.params
-    return (
-        p.top_logprobs < 0
-        and not p.logit_bias
-        and p.repetition_penalty == 1.0
-        and p.presence_penalty == 0.0
-        and p.frequency_penalty == 0.0
-        and not (row.mask_stop and len(row.stop_tokens))
-        and not p.constrained
-    )
-
-
-def _kernel_params(rows: list[_core.SampleRow]) -> dict[str, np.ndarray]:
-    params = [r.params for r in rows]
-    return {
-        "temperature": np.array([p.temperature for p in params], np.float32),
-        "top_k": np.array([max(p.top_k, 0) for p in params], np.int32),
-        "top_p": np.array([p.top_p for p in params], np.float32),
-        "min_p": np.array([p.min_p for p in params], np.float32),
-        # The kernel reads the int64 bits as the uint64 seed.
-        "seed": np.array([p.seed for p in params], np.uint64).view(np.int64),
-        "step": np.array([r.n_generated for r in rows], np.int64),
-    }
 
 
 def _cuda_streams(device: torch.device):
