@@ -85,6 +85,13 @@ class SamplingParams:
         for token_id in self.stop_token_ids:
             if vocab_size is not None and not 0 <= token_id < vocab_size:
                 raise ValueError(f"stop_token_ids: token id {token_id} is outside the vocabulary")
+        if self.constraint is not None and self.ignore_eos:
+            # Past a complete value the grammar allows only the stop tokens, so ignoring them
+            # would fill max_tokens with hidden stop tokens.
+            raise ValueError(
+                "ignore_eos: cannot be combined with a structured-output constraint, whose "
+                "output ends when its value is complete"
+            )
         if self.constraint is not None:
             from met.constraints import check  # llguidance is loaded only when a request asks
 

@@ -179,6 +179,7 @@ BAD = {
     ),
     "too-large": ({"guided_choice": [f"choice {i:06d}" for i in range(20000)]}, "guided_choice"),
     "over-the-compile-limits": ({"guided_json": ALL_OF_BLOWUP}, "guided_json"),
+    "ignore-eos": ({"guided_choice": ["yes", "no"], "ignore_eos": True}, "ignore_eos"),
 }  # fmt: skip
 
 
