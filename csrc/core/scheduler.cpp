@@ -37,12 +37,11 @@ size_t admit_count(const std::vector<KvDemand>& in_flight, const std::vector<KvD
 }
 
 // Why a request cannot run with drafts (empty: it can). Penalties change every position's
-// logits with the tokens accepted before it, and a grammar's state advances token by token, so
-// neither can be evaluated over a verify row in one pass (a grammar could, once its matcher rolls
-// back).
+// logits with the tokens accepted before it, so they cannot be evaluated over a verify row in
+// one pass. A grammar can: the backend masks each draft position with the grammar advanced
+// along the draft, and its matcher rolls back over the rejected positions.
 std::string spec_off_reason(SpecMode mode, const SamplingParams& p) {
   if (mode == SpecMode::Off) return "off";
-  if (p.constrained) return "grammar";
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     return "penalties";
   }

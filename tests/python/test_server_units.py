@@ -180,7 +180,6 @@ def test_metrics_speculation_only_when_on() -> None:
     assert samples[("met_spec_gate_speculating", (("width", "1"),))] == 1
     assert samples[("met_spec_gate_speculating", (("width", "5-8"),))] == 0
     assert samples[("met_spec_requests_off_total", (("reason", "penalties"),))] == 2
-    assert samples[("met_spec_requests_off_total", (("reason", "grammar"),))] == 0
 
 
 def test_api_labels() -> None:

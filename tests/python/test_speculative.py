@@ -1,15 +1,19 @@
 """Speculative decoding is exact: greedy and seeded output with prompt-lookup drafts equals the
 plain engine's token for token (default model through the C++ forward, a random model through
 the torch forward), stops and limits land where they do without drafts, logprobs come from the
-row that produced each token, and penalised requests run without drafts (and say so)."""
+row that produced each token, structured output drafts under its grammar (each draft position
+masked by the grammar advanced along the draft, rolled back over rejected ones) with the same
+tokens, and penalised requests run without drafts (and say so)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
 
 import met
-from met.sampling import SamplingParams
+from met.sampling import Constraint, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +85,44 @@ def test_seeded_sampling_and_logprobs_are_unchanged(engines) -> None:
 )
 def test_limits_and_stops_end_where_they_do_without_drafts(engines, params) -> None:
     _same(_run(engines["off"], COPY[:1], params), _run(engines["ngram-forced"], COPY[:1], params))
+
+
+RECORDS = [{"id": i, "name": f"item{i}", "tags": ["a", "b"]} for i in range(4)]
+SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "name": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["id", "name", "tags"],
+    },
+}
+JSON_COPY = [f"Repeat this JSON exactly: {json.dumps(RECORDS)}", "Write three records as JSON."]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=48),
+        SamplingParams(temperature=0.8, seed=3, max_tokens=48),
+    ],
+    ids=["greedy", "seeded"],
+)
+def test_structured_output_drafts_and_gives_the_same_tokens(engines, params) -> None:
+    params.constraint = Constraint("json_schema", SCHEMA)
+    llm = engines["ngram-forced"]
+    before = llm.engine.scheduler.spec_stats()
+    plain = _run(engines["off"], JSON_COPY, params)
+    spec = _run(llm, JSON_COPY, params)
+    _same(plain, spec)
+    after = llm.engine.scheduler.spec_stats()
+    assert after.drafted > before.drafted  # the constrained requests carried drafts
+    assert after.accepted > before.accepted
+    assert "grammar" not in llm.engine.stats().speculation.requests_off
+    llm.engine.blocks.check_invariants()
 
 
 def test_penalised_requests_run_without_drafts_and_say_why(engines) -> None:

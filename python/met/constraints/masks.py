@@ -48,13 +48,17 @@ class MaskPrefetch:
         # scheduler accepts no token past the first that differs from the draft).
         self._buffer = torch.full((n, self.words), -1, dtype=torch.int32)
         ptr, size = self._buffer.data_ptr(), self.words * 4
-        if any(drafts for _, _, drafts in jobs):
-            fill = self._executor.unsafe_compute_mask_ptr_with_draft_token
-            self._pending = self._pool.submit(fill, jobs, ptr, size, n)
-        else:
-            pairs = [(matcher, i) for matcher, i, _ in jobs]
-            fill = self._executor.unsafe_compute_mask_ptr
-            self._pending = self._pool.submit(fill, pairs, ptr, size, n)
+        # llguidance's draft fill takes only rows that carry drafts (an empty one is an error).
+        drafted = [job for job in jobs if job[2]]
+        plain = [(matcher, i) for matcher, i, drafts in jobs if not drafts]
+        self._pending = self._pool.submit(self._fill, drafted, plain, ptr, size, n)
+
+    def _fill(self, drafted: list, plain: list, ptr: int, size: int, n: int) -> None:
+        assert self._executor is not None
+        if drafted:
+            self._executor.unsafe_compute_mask_ptr_with_draft_token(drafted, ptr, size, n)
+        if plain:
+            self._executor.unsafe_compute_mask_ptr(plain, ptr, size, n)
 
     def wait(self) -> None:
         """Joins the batch in flight (its matchers may be read or moved on only after this)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import logging
 import os
 import time
 from collections import Counter
@@ -27,6 +28,8 @@ from met.models import load_model, resolve_model
 from met.sampling import SamplingParams
 
 # max_num_seqs when not set, by device type (config.py says why they differ).
+log = logging.getLogger("met.engine")
+
 _DEFAULT_MAX_NUM_SEQS = {"cpu": 8, "cuda": 64}
 SPECULATIVE = {
     "off": _core.SpecMode.Off,
@@ -135,7 +138,10 @@ class EngineCore:
         # The worker ranks mirror rank 0's forwards call by call and have no verify forward; the
         # GPU forward's bit-identity of verify rows with one-token decode (what keeps output
         # unchanged) has not been checked on a device yet.
+        where = "tensor parallelism" if self.config.tensor_parallel_size > 1 else "a GPU"
         if self.config.tensor_parallel_size > 1 or self.model.device.type == "cuda":
+            if setting != "off":
+                log.warning("speculative %s is off with %s (docs/speculative.md)", setting, where)
             return _core.SpecMode.Off
         return SPECULATIVE[setting]
 

@@ -130,7 +130,7 @@ def _spec_metrics(spec: SpecStats) -> Iterator[Metric]:
         "Finished requests that ran without speculation, by reason.",
         labels=("reason",),
     )
-    for reason in ("penalties", "grammar"):
+    for reason in ("penalties",):
         off.add_metric((reason,), spec.requests_off.get(reason, 0))
     yield off
 
