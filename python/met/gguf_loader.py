@@ -16,6 +16,7 @@ from met.kernels.cpu_quant import QuantLinear
 from met.kernels.requant import to_kernel_blocks
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
 from met.model.fused import FUSED_QKV, split_fused
+from met.model.gemma import apply_gemma_gguf
 from met.model.linear import Weight
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
@@ -34,7 +35,7 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
 # Architectures whose Q/K rows llama.cpp's converter interleaves for its RoPE kernel. Qwen2 files
 # use NEOX RoPE and keep the original row order.
 _PERMUTED_ARCHS = {"llama"}
-_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3", "phi3"}
+_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
@@ -54,6 +55,8 @@ _LAYER_NAMES = {
     "attn_k_norm.weight": "k_norm",
     "attn_output.weight": "wo",
     "ffn_norm.weight": "mlp_norm",
+    "post_attention_norm.weight": "post_attn_norm",  # Gemma 2/3
+    "post_ffw_norm.weight": "post_mlp_norm",
     "ffn_gate.weight": "w_gate",
     "ffn_up.weight": "w_up",
     "ffn_down.weight": "w_down",
@@ -108,7 +111,8 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     if arch not in _SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"{path}: architecture {arch!r} is not supported (supported: "
-            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen/Phi-3-style model"
+            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen/Phi-3/Gemma-style "
+            "model"
         )
 
     def get(key: str, default: Any = None) -> Any:
@@ -125,6 +129,9 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     # Chat models may end a turn with a token other than EOS (Llama 3's <|eot_id|>).
     eos_keys = ("eos_token_id", "eot_token_id", "eom_token_id")
     eos = [field_value(reader, f"tokenizer.ggml.{k}") for k in eos_keys]
+    if arch in ("gemma2", "gemma3") and "<end_of_turn>" in tokens:
+        # Gemma ends a turn with <end_of_turn> (llama.cpp stops there too), its EOS is <eos>.
+        eos.append(tokens.index("<end_of_turn>"))
     config = ModelConfig(
         architecture=arch,
         n_layers=int(get("block_count")),
@@ -149,6 +156,8 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     window = field_value(reader, f"{arch}.attention.sliding_window")
     if window and int(window) < config.context_length:
         config.sliding_window = int(window)
+    if arch in ("gemma2", "gemma3"):
+        apply_gemma_gguf(config, lambda key, default: field_value(reader, f"{arch}.{key}", default))
     rotated = int(get("rope.dimension_count", config.head_dim))
     if rotated != config.head_dim:
         raise ModelLoadError(

@@ -1,4 +1,5 @@
-"""Read a Hugging Face model folder (Llama/Mistral/Qwen2 dense) into ModelConfig + weights."""
+"""Read a Hugging Face model folder (Llama/Mistral/Qwen/Phi-3/Gemma dense) into ModelConfig +
+weights."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from safetensors import safe_open
 
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
 from met.model.fused import FUSED_GATE_UP, FUSED_QKV, split_fused
+from met.model.gemma import HF_LAYER_NORMS, HF_MODEL_TYPES, apply_gemma_hf, fold_hf_norms
 
-_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3"}
+_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3", *HF_MODEL_TYPES}
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "embed",
     "lm_head.weight": "lm_head",
@@ -39,6 +41,8 @@ _LAYER_NAMES = {
     "mlp.down_proj.weight": "w_down",
 }
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
+# Gemma 3's multimodal checkpoints keep the text model under a prefix (newer and older spelling).
+_TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
 
 
 def is_hf_folder(path: str | Path) -> bool:
@@ -60,6 +64,9 @@ def read_hf_config(folder: str | Path) -> ModelConfig:
             f"{folder}: model_type {model_type!r} is not supported "
             f"(supported: {', '.join(sorted(_SUPPORTED))})"
         )
+    if isinstance(raw.get("text_config"), dict):  # Gemma 3's multimodal config
+        raw = {**raw, **raw["text_config"], "model_type": model_type}
+    raw["model_type"] = HF_MODEL_TYPES.get(model_type, model_type)
     try:
         config = _config_from_json(raw, folder)
     except KeyError as exc:
@@ -67,6 +74,11 @@ def read_hf_config(folder: str | Path) -> ModelConfig:
             f"{folder}: config.json lacks {exc}; the folder is incomplete"
         ) from exc
     _longrope(raw, config, folder)
+    if config.architecture in HF_MODEL_TYPES.values():
+        try:
+            apply_gemma_hf(config, raw)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"{folder}: {exc}") from exc
     config.validate(str(folder))
     return config
 
@@ -101,7 +113,7 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         rope_scaling=_rope_scaling(raw.get("rope_scaling"), folder),
         attention_bias=raw["model_type"] == "qwen2" or bool(raw.get("attention_bias", False)),
-        qk_norm=raw["model_type"] == "qwen3",
+        qk_norm=raw["model_type"] in ("qwen3", "gemma3"),
     )
 
 
@@ -164,12 +176,18 @@ def _shards(folder: Path) -> list[Path]:
     return shards
 
 
-def _canonical_name(hf_name: str) -> str | None:
+def _canonical_name(hf_name: str, gemma: bool) -> str | None:
+    for prefix in _TEXT_PREFIXES if gemma else ():
+        if hf_name.startswith(prefix):
+            rest = hf_name.removeprefix(prefix)
+            hf_name = rest if rest.startswith("lm_head.") else "model." + rest
+            break
     if hf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[hf_name]
     match = _LAYER_RE.fullmatch(hf_name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    names = {**_LAYER_NAMES, **HF_LAYER_NORMS} if gemma else _LAYER_NAMES
+    if match and match.group(2) in names:
+        return f"layers.{match.group(1)}.{names[match.group(2)]}"
     return None
 
 
@@ -179,12 +197,13 @@ def load_hf(
     """ModelConfig and canonical weights (CPU, `dtype`), read shard by shard, tensor by tensor."""
     folder = Path(folder)
     config = read_hf_config(folder)
+    gemma = config.architecture in HF_MODEL_TYPES.values()
     weights: dict[str, torch.Tensor] = {}
     for shard in _shards(folder):
         try:
             with safe_open(str(shard), framework="pt") as f:
                 for hf_name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    name = _canonical_name(hf_name)
+                    name = _canonical_name(hf_name, gemma)
                     if name is not None:
                         weights[name] = f.get_tensor(hf_name).to(dtype)
         except (OSError, ValueError, RuntimeError) as exc:
@@ -193,6 +212,8 @@ def load_hf(
             ) from exc
     if "lm_head" not in weights:
         config.tie_embeddings = True
+    if gemma:
+        fold_hf_norms(weights)
     split_fused(weights, config, folder)
     check_weights(weights, config, folder)
     return config, weights

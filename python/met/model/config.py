@@ -9,9 +9,11 @@ from typing import Any
 # Weight names both loaders produce (per layer i), so the forward never sees a file's own naming:
 # embed [V, H], lm_head [V, H] (absent when tied), norm [H];
 # layers.{i}.attn_norm, .wq [nh*hd, H], .wk/.wv [nkv*hd, H], .wo [H, nh*hd],
-# .bq/.bk/.bv (Qwen2 only), .q_norm/.k_norm [hd] (Qwen3 only), .mlp_norm,
-# .w_gate/.w_up [F, H], .w_down [H, F].
-# Q/K rows are in rotate-half (Hugging Face) order.
+# .bq/.bk/.bv (Qwen2 only), .q_norm/.k_norm [hd] (Qwen3, Gemma 3), .mlp_norm,
+# .w_gate/.w_up [F, H], .w_down [H, F]; .post_attn_norm/.post_mlp_norm (Gemma 2/3: the norms of
+# each sublayer's output before it joins the residual).
+# Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
+# (1 + w) is folded in by the loaders, as llama.cpp's converter does).
 
 
 class ModelLoadError(RuntimeError):
@@ -31,7 +33,7 @@ class RopeScaling:
 
 @dataclass
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" (one dense decoder)
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3"
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -57,6 +59,29 @@ class ModelConfig:
     # Sliding-window attention (Mistral 7B v0.1): a query at position p attends to keys
     # p - window + 1 .. p only; None: the whole context.
     sliding_window: int | None = None
+    # Which layers slide (Gemma: interleaved with global ones); None: every layer, when windowed.
+    sliding_layers: list[bool] | None = None
+    # Gemma 3: the sliding layers' RoPE base (their RoPE is never rescaled); None: rope_theta.
+    rope_local_theta: float | None = None
+    # Gemma 2/3: query_pre_attn_scalar ** -0.5 (None: 1 / sqrt(head_dim)), tanh soft-capping
+    # of attention scores and of the final logits (None: none), embeddings times sqrt(hidden),
+    # post-sublayer norms, GeLU (tanh) instead of SiLU in the gated MLP.
+    query_scale: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    embed_scale: float = 1.0
+    post_norms: bool = False
+    activation: str = "silu"  # "silu" | "gelu_tanh"
+
+    def layer_window(self, layer: int) -> int | None:
+        """The attention window of `layer`, None when it reads the whole context."""
+        if self.sliding_layers is not None and not self.sliding_layers[layer]:
+            return None
+        return self.sliding_window
+
+    def local_rope(self, layer: int) -> bool:
+        """Whether `layer` rotates with the sliding layers' own RoPE base."""
+        return self.rope_local_theta is not None and self.layer_window(layer) is not None
 
     def validate(self, source: str) -> None:
         """Reject shapes the forward cannot run, naming the file they came from."""
@@ -70,10 +95,14 @@ class ModelConfig:
         if self.head_dim % 2:
             raise ModelLoadError(f"{source}: head_dim {self.head_dim} must be even for RoPE")
 
-    def inv_freq(self) -> list[float]:
-        """RoPE inverse frequencies per rotated pair, with any context-extension rescale applied."""
+    def inv_freq(self, local: bool = False) -> list[float]:
+        """RoPE inverse frequencies per rotated pair, with any context-extension rescale applied
+        (local: the sliding layers' own, never rescaled)."""
         half = self.head_dim // 2
-        freqs = [self.rope_theta ** (-2.0 * i / self.head_dim) for i in range(half)]
+        theta = self.rope_local_theta if local else self.rope_theta
+        freqs = [theta ** (-2.0 * i / self.head_dim) for i in range(half)]
+        if local:
+            return freqs
         if self.rope_freq_factors is not None:
             return [f / d for f, d in zip(freqs, self.rope_freq_factors, strict=True)]
         scaling = self.rope_scaling
@@ -109,6 +138,9 @@ def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) 
     ]
     if config.qk_norm:
         needed += [f"layers.{i}.{n}" for i in range(config.n_layers) for n in ("q_norm", "k_norm")]
+    if config.post_norms:
+        norms = ("post_attn_norm", "post_mlp_norm")
+        needed += [f"layers.{i}.{n}" for i in range(config.n_layers) for n in norms]
     missing = [n for n in needed if n not in weights]
     if missing:
         raise ModelLoadError(

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
+from met.model.gemma import is_gemma
 from met.model.llama import IntArray, LlamaModel, PagedKvCache
 
 
@@ -23,6 +24,8 @@ def unsupported_reason(model: LlamaModel, max_len: int | None = None) -> str | N
     window = model.config.sliding_window
     if window and (max_len or model.config.context_length) > window:
         return "the C++ forward does not window attention yet (a context up to the window does)"
+    if is_gemma(model.config):
+        return "the C++ forward does not run Gemma yet"
     if model.device.type != "cpu" or model.dtype != torch.float32:
         return "the C++ forward runs float32 on the CPU"
     if model.reduce is not None:

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from met.kernels import cuda_ops
 from met.kernels.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphs
+from met.model.gemma import is_gemma
 from met.model.llama import IntArray, LlamaModel, PagedKvCache
 
 # What a padding row of a captured batch holds: no KV write (slot -1), no context (attention
@@ -43,6 +44,8 @@ def unsupported_reason(model: LlamaModel) -> str | None:
         return "met's CUDA kernels do not window attention yet"
     if model.config.qk_norm:
         return "met's CUDA kernels do not apply Qwen3's Q/K norms yet"
+    if is_gemma(model.config):
+        return "met's CUDA kernels do not run Gemma's norms, GeLU and soft-capping yet"
     if model.config.head_dim % 8 or model.config.head_dim > 256:
         return "paged attention takes head_dim a multiple of 8, at most 256"
     return None

@@ -1,4 +1,5 @@
-"""Dense Llama-style decoder (Llama, Mistral, Qwen2/3) over packed rows and a paged KV cache.
+"""Dense Llama-style decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3) over packed rows and a
+paged KV cache.
 
 One forward runs every row of a batch (prefill chunks and decode steps mixed) through each layer
 as one set of matmuls over all packed tokens; only attention looks at rows separately, and all
@@ -19,7 +20,9 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
+from met.model.gemma import softcapped_attention
 from met.model.linear import Weight, embedding, fuse_rows, linear
+from met.model.rope import rope_table, rotate_half
 
 IntArray = Tensor | np.ndarray | Sequence[int]
 
@@ -155,6 +158,8 @@ class LlamaModel:
             "qk_norm": qk_norm,
             "wo": take(p + "wo"),
             "mlp_norm": take(p + "mlp_norm"),
+            "post_attn_norm": take(p + "post_attn_norm") if c.post_norms else None,
+            "post_mlp_norm": take(p + "post_mlp_norm") if c.post_norms else None,
             "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
             "w_down": take(p + "w_down"),
         }
@@ -163,12 +168,12 @@ class LlamaModel:
         return fuse_rows(parts, self.dtype, self.device)
 
     def _rope_tables(self, max_positions: int) -> None:
-        inv_freq = torch.tensor(self.config.inv_freq(), dtype=torch.float64)
-        angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        # [max_positions, 1, head_dim / 2]: broadcasts over the heads of a [T, heads, dim] tensor.
-        scale = self.config.rope_attn_factor
-        self.cos = (angles.cos() * scale).to(self.device, self.dtype)[:, None, :]
-        self.sin = (angles.sin() * scale).to(self.device, self.dtype)[:, None, :]
+        c, dev, dt = self.config, self.device, self.dtype
+        self.cos, self.sin = rope_table(c, max_positions, False, dev, dt)
+        # Gemma 3's sliding layers rotate with their own base: a second table, None without.
+        self.local_cos = self.local_sin = None
+        if c.rope_local_theta is not None:
+            self.local_cos, self.local_sin = rope_table(c, max_positions, True, dev, dt)
 
     def allocate_kv_cache(
         self, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None
@@ -203,13 +208,24 @@ class LlamaModel:
         slots = torch.as_tensor(slot_mapping, dtype=torch.long).to(dev)
         if int(pos.max()) >= self.cos.shape[0]:
             raise ValueError(f"position {int(pos.max())} is past the RoPE table")
-        plan = self._plan(cache, block_tables, seq_lens, cu_seqlens)
-        cos, sin = self.cos[pos], self.sin[pos]
+        c = self.config
+        windows = [c.layer_window(i) for i in range(c.n_layers)]
+        # One attention plan per distinct window (Gemma: global and sliding layers).
+        plans = {w: self._plan(cache, block_tables, seq_lens, cu_seqlens, w) for w in windows}
+        tables = [(self.cos[pos], self.sin[pos])]
+        if self.local_cos is not None:
+            tables.append((self.local_cos[pos], self.local_sin[pos]))
         x = embedding(ids, self.embed)
+        if c.embed_scale != 1.0:
+            x = x * c.embed_scale
         for i, layer in enumerate(self.layers):
-            x = self._layer(x, layer, cache.layer_slots(i), slots, cos, sin, plan)
+            cos, sin = tables[int(c.local_rope(i))]
+            x = self._layer(x, layer, cache.layer_slots(i), slots, cos, sin, plans[windows[i]])
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
-        return linear(self._norm(x[rows], self.norm), self.lm_head).float()
+        logits = linear(self._norm(x[rows], self.norm), self.lm_head).float()
+        if c.final_softcap:
+            logits = torch.tanh(logits / c.final_softcap) * c.final_softcap
+        return logits
 
     __call__ = forward
 
@@ -230,7 +246,7 @@ class LlamaModel:
         qk = qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim)
         if w["qk_norm"] is not None:
             qk = F.rms_norm(qk, (c.head_dim,), eps=c.norm_eps) * w["qk_norm"]
-        qk = _rotate(qk, cos, sin)
+        qk = rotate_half(qk, cos, sin)
         q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
         v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
         k_cache, v_cache = kv
@@ -239,10 +255,11 @@ class LlamaModel:
             k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
         k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
         v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
-        attn = self._attention(q, k, v, k_cache, v_cache, plan)
-        x = x + self._reduced(linear(attn, w["wo"]))
+        attn = self._reduced(linear(self._attention(q, k, v, k_cache, v_cache, plan), w["wo"]))
+        x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
         gate, up = linear(self._norm(x, w["mlp_norm"]), w["w_gate_up"]).chunk(2, dim=-1)
-        return x + self._reduced(linear(self._gated(gate, up), w["w_down"]))
+        mlp = self._reduced(linear(self._gated(gate, up), w["w_down"]))
+        return x + (mlp if w["post_mlp_norm"] is None else self._norm(mlp, w["post_mlp_norm"]))
 
     # The two elementwise stages with a reduction or a transcendental, as methods so that a test
     # reference can run them (and _attention) through the C++ kernels: see test_cpu_model.py.
@@ -250,7 +267,15 @@ class LlamaModel:
         return F.rms_norm(x, (x.shape[-1],), weight, self.config.norm_eps)
 
     def _gated(self, gate: Tensor, up: Tensor) -> Tensor:
+        if self.config.activation == "gelu_tanh":
+            return F.gelu(gate, approximate="tanh") * up
         return F.silu(gate) * up
+
+    def _sdpa(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+        c = self.config
+        if c.attn_softcap:
+            return softcapped_attention(q, keys, values, mask, c.query_scale, c.attn_softcap)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=c.query_scale)
 
     def _reduced(self, partial: Tensor) -> Tensor:
         return partial if self.reduce is None else self.reduce(partial)
@@ -285,9 +310,7 @@ class LlamaModel:
         c = self.config
         n_q = q.shape[0]
         qg = q.permute(1, 0, 2).reshape(1, c.n_kv_heads, self.groups * n_q, c.head_dim)
-        out = F.scaled_dot_product_attention(
-            qg, keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=mask
-        )
+        out = self._sdpa(qg, keys.transpose(0, 1)[None], values.transpose(0, 1)[None], mask)
         return out.view(c.n_heads, n_q, c.head_dim).transpose(0, 1).reshape(n_q, -1)
 
     def _decode_attention(
@@ -298,7 +321,7 @@ class LlamaModel:
         keys = k_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)  # [D, kv, context, dim]
         values = v_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)
         qg = q.view(n_rows, c.n_kv_heads, self.groups, c.head_dim)
-        out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=plan.decode_mask)
+        out = self._sdpa(qg, keys, values, plan.decode_mask)
         return out.reshape(n_rows, c.n_heads * c.head_dim)
 
     def _plan(
@@ -307,7 +330,9 @@ class LlamaModel:
         block_tables: IntArray,
         seq_lens: IntArray,
         cu_seqlens: IntArray,
+        window: int | None,
     ) -> _AttnPlan:
+        """The rows' attention plan for layers that read the last `window` keys (None: all)."""
         dev, bs = self.device, cache.block_size
         tables = torch.as_tensor(block_tables, dtype=torch.long).to(dev)
         ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
@@ -318,7 +343,7 @@ class LlamaModel:
             raise ValueError("a row's context is longer than its block table covers")
         single = [b for b in range(len(ctx)) if cu[b + 1] - cu[b] == 1]
         prefill = [
-            self._prefill_row(tables[b], ctx[b], cu[b], cu[b + 1], bs)
+            self._prefill_row(tables[b], ctx[b], cu[b], cu[b + 1], bs, window)
             for b in range(len(ctx))
             if cu[b + 1] - cu[b] > 1
         ]
@@ -330,8 +355,8 @@ class LlamaModel:
         slots = (blocks * bs + key_pos % bs).clamp_(min=0)
         lens = torch.tensor([ctx[b] for b in single], device=dev)
         allowed = key_pos[None, :] < lens[:, None]
-        if self.config.sliding_window:
-            allowed &= key_pos[None, :] >= lens[:, None] - self.config.sliding_window
+        if window:
+            allowed &= key_pos[None, :] >= lens[:, None] - window
         mask = self._additive(allowed[:, None, None, :])
         tokens = torch.tensor([cu[b] for b in single], device=dev)
         return _AttnPlan(tokens, slots, mask, prefill, all_decode=len(single) == len(ctx))
@@ -342,24 +367,19 @@ class LlamaModel:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed, float("-inf"))
 
-    def _prefill_row(self, table: Tensor, ctx: int, start: int, end: int, bs: int) -> _PrefillRow:
+    def _prefill_row(
+        self, table: Tensor, ctx: int, start: int, end: int, bs: int, window: int | None
+    ) -> _PrefillRow:
         dev, n_q = self.device, end - start
         key_pos = torch.arange(ctx, device=dev)
         query_pos = torch.arange(ctx - n_q, ctx, device=dev)
         allowed = key_pos[None, :] <= query_pos[:, None]
-        if self.config.sliding_window:
-            allowed &= key_pos[None, :] > query_pos[:, None] - self.config.sliding_window
+        if window:
+            allowed &= key_pos[None, :] > query_pos[:, None] - window
         mask = self._additive(allowed.repeat(self.groups, 1))
         # A row that starts at position 0 has all its keys in this step's fresh K/V.
         slots = None if ctx == n_q else table[key_pos // bs] * bs + key_pos % bs
         return _PrefillRow(start, end, slots, mask)
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate-half RoPE: pair i of each head is (x[i], x[i + dim / 2])."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
 def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
