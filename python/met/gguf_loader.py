@@ -35,7 +35,7 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
 # Architectures whose Q/K rows llama.cpp's converter interleaves for its RoPE kernel. Qwen2 files
 # use NEOX RoPE and keep the original row order.
 _PERMUTED_ARCHS = {"llama"}
-_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}
+_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe"}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
@@ -60,6 +60,13 @@ _LAYER_NAMES = {
     "ffn_gate.weight": "w_gate",
     "ffn_up.weight": "w_up",
     "ffn_down.weight": "w_down",
+    "ffn_gate_inp.weight": "router",  # MoE (Qwen3-MoE, Mixtral): [E, H] router logits
+}
+# MoE experts stacked in one 3-D tensor [E, F, H] (ffn_down: [E, H, F]), one 2-D slice each.
+_EXPERT_NAMES = {
+    "ffn_gate_exps.weight": "w_gate",
+    "ffn_up_exps.weight": "w_up",
+    "ffn_down_exps.weight": "w_down",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Weights a matmul reads (the embedding too: tied, it is the lm_head), so keepable as blocks.
@@ -111,8 +118,8 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     if arch not in _SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"{path}: architecture {arch!r} is not supported (supported: "
-            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Qwen/Phi-3/Gemma-style "
-            "model"
+            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Mixtral/Qwen/Phi-3/"
+            "Gemma-style model"
         )
 
     def get(key: str, default: Any = None) -> Any:
@@ -139,7 +146,10 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
         n_kv_heads=int(get("attention.head_count_kv", n_heads)),
         hidden=hidden,
         head_dim=int(get("attention.key_length", hidden // n_heads)),
-        ffn=int(get("feed_forward_length")),
+        # A MoE's experts have their own width (Qwen3-MoE); Mixtral's is feed_forward_length.
+        ffn=int(
+            field_value(reader, f"{arch}.expert_feed_forward_length") or get("feed_forward_length")
+        ),
         vocab=int(get("vocab_size", len(tokens))),
         rope_theta=float(get("rope.freq_base", 10000.0)),
         context_length=int(get("context_length", 2048)),
@@ -152,7 +162,10 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
         attention_bias=any(t.name.endswith("attn_q.bias") for t in reader.tensors),
         qk_norm=any(t.name.endswith("attn_q_norm.weight") for t in reader.tensors),
         rope_attn_factor=float(get("rope.scaling.attn_factor", 1.0)),
+        n_experts=int(get("expert_count", 0)),
+        n_experts_used=int(get("expert_used_count", 0)),
     )
+
     window = field_value(reader, f"{arch}.attention.sliding_window")
     if window and int(window) < config.context_length:
         config.sliding_window = int(window)
@@ -214,7 +227,27 @@ def _canonical_name(gguf_name: str) -> str | None:
     match = _LAYER_RE.fullmatch(gguf_name)
     if match and match.group(2) in _LAYER_NAMES:
         return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    if match and match.group(2) in _EXPERT_NAMES:
+        return f"layers.{match.group(1)}.{_STACKED}.{_EXPERT_NAMES[match.group(2)]}"
     return None
+
+
+_STACKED = "experts.*"  # in a canonical name: all experts' slices of one 3-D tensor
+
+
+def _split_experts(name: str, weight: Weight, n_experts: int) -> Iterator[tuple[str, Weight]]:
+    """Each expert's 2-D slice of a stacked [E, rows, cols] weight, as views (no copies)."""
+    if isinstance(weight, QuantLinear):
+        rows = weight.out_features // n_experts
+        for e in range(n_experts):
+            part = weight.blocks[e * rows : (e + 1) * rows]
+            yield (
+                name.replace("*", str(e)),
+                QuantLinear(part, weight.qtype, rows, weight.in_features),
+            )
+        return
+    for e, part in enumerate(weight.reshape(n_experts, -1, weight.shape[-1])):
+        yield name.replace("*", str(e)), part
 
 
 def iter_weights(
@@ -231,6 +264,8 @@ def iter_weights(
     with Path(path).open("rb") as file:
         for tensor in reader.tensors:
             name = _canonical_name(tensor.name)
+            if name and not config.n_experts and (_STACKED in name or name.endswith(".router")):
+                name = None  # a router or experts in a file without expert_count
             if name is None and _LAYER_RE.fullmatch(tensor.name):
                 # A layer tensor the forward would not apply: running without it is wrong.
                 raise ModelLoadError(
@@ -239,7 +274,16 @@ def iter_weights(
                 )
             if name is None:
                 continue  # rope_freqs is read into the config; anything else is not ours to run
-            yield name, _weight(tensor, name, config, path, dtype, keep_blocks, file)
+            weight = _weight(tensor, name, config, path, dtype, keep_blocks, file)
+            if _STACKED not in name:
+                yield name, weight
+            elif len(tensor.shape) != 3 or int(tensor.shape[2]) != config.n_experts:
+                raise ModelLoadError(
+                    f"{path}: tensor {tensor.name} of shape {list(tensor.shape)} does not stack "
+                    f"{config.n_experts} experts (expert_count); the file is inconsistent"
+                )
+            else:
+                yield from _split_experts(name, weight, config.n_experts)
 
 
 def _weight(
@@ -256,7 +300,8 @@ def _weight(
     # A quantized tensor's data is [rows, row bytes]: each row holds whole blocks along K,
     # so moving rows (the Q/K un-permutation) is exact on the bytes too.
     if blocks:
-        raw, qtype = to_kernel_blocks(_read_bytes(file, tensor), qtype)
+        raw = _read_bytes(file, tensor)  # [rows, row bytes]; [E, rows, row bytes] for experts
+        raw, qtype = to_kernel_blocks(raw.reshape(-1, raw.shape[-1]), qtype)
         weight = torch.from_numpy(raw)
     else:
         weight = torch.from_numpy(_dequantize(tensor, path))

@@ -1,5 +1,5 @@
-"""Read a Hugging Face model folder (Llama/Mistral/Qwen/Phi-3/Gemma dense) into ModelConfig +
-weights."""
+"""Read a Hugging Face model folder (Llama/Mistral/Qwen/Phi-3/Gemma dense; Qwen3-MoE/Mixtral)
+into ModelConfig + weights."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_wei
 from met.model.fused import FUSED_GATE_UP, FUSED_QKV, split_fused
 from met.model.gemma import HF_LAYER_NORMS, HF_MODEL_TYPES, apply_gemma_hf, fold_hf_norms
 
-_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3", *HF_MODEL_TYPES}
+_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3", "qwen3_moe", "mixtral", *HF_MODEL_TYPES}
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "embed",
     "lm_head.weight": "lm_head",
@@ -39,10 +39,22 @@ _LAYER_NAMES = {
     "mlp.gate_proj.weight": "w_gate",
     "mlp.up_proj.weight": "w_up",
     "mlp.down_proj.weight": "w_down",
+    "mlp.gate.weight": "router",  # Qwen3-MoE
+    "block_sparse_moe.gate.weight": "router",  # Mixtral
 }
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 # Gemma 3's multimodal checkpoints keep the text model under a prefix (newer and older spelling).
 _TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
+# One expert's weights: Qwen3-MoE's mlp.experts.{e}.*_proj, Mixtral's block_sparse_moe w1/w3/w2.
+_EXPERT_RE = re.compile(r"(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
+_EXPERT_NAMES = {
+    "gate_proj": "w_gate",
+    "up_proj": "w_up",
+    "down_proj": "w_down",
+    "w1": "w_gate",
+    "w3": "w_up",
+    "w2": "w_down",
+}
 
 
 def is_hf_folder(path: str | Path) -> bool:
@@ -101,7 +113,8 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         n_kv_heads=int(raw.get("num_key_value_heads") or n_heads),
         hidden=hidden,
         head_dim=int(raw.get("head_dim") or hidden // n_heads),
-        ffn=int(raw["intermediate_size"]),
+        # Qwen3-MoE's experts have their own width; Mixtral's is intermediate_size.
+        ffn=int(raw.get("moe_intermediate_size") or raw["intermediate_size"]),
         vocab=int(raw["vocab_size"]),
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         context_length=int(raw.get("max_position_embeddings", 2048)),
@@ -113,8 +126,29 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         rope_scaling=_rope_scaling(raw.get("rope_scaling"), folder),
         attention_bias=raw["model_type"] == "qwen2" or bool(raw.get("attention_bias", False)),
-        qk_norm=raw["model_type"] in ("qwen3", "gemma3"),
+        qk_norm=raw["model_type"] in ("qwen3", "qwen3_moe", "gemma3"),
+        **_experts(raw, folder),
     )
+
+
+def _experts(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The MoE fields of ModelConfig: Mixtral's num_local_experts (always renormalised top-k),
+    Qwen3-MoE's num_experts of width moe_intermediate_size (renormalised per norm_topk_prob)."""
+    if raw["model_type"] == "mixtral":
+        n_used = int(raw.get("num_experts_per_tok", 2))
+        return {"n_experts": int(raw["num_local_experts"]), "n_experts_used": n_used}
+    if raw["model_type"] != "qwen3_moe":
+        return {}
+    if raw.get("mlp_only_layers") or int(raw.get("decoder_sparse_step", 1)) != 1:
+        raise ModelLoadError(
+            f"{folder}: Qwen3-MoE with dense layers between the sparse ones (mlp_only_layers, "
+            "decoder_sparse_step) is not supported"
+        )
+    return {
+        "n_experts": int(raw["num_experts"]),
+        "n_experts_used": int(raw["num_experts_per_tok"]),
+        "moe_norm_topk": bool(raw.get("norm_topk_prob", False)),
+    }
 
 
 def _sliding_window(raw: dict[str, Any]) -> int | None:
@@ -188,6 +222,9 @@ def _canonical_name(hf_name: str, gemma: bool) -> str | None:
     names = {**_LAYER_NAMES, **HF_LAYER_NORMS} if gemma else _LAYER_NAMES
     if match and match.group(2) in names:
         return f"layers.{match.group(1)}.{names[match.group(2)]}"
+    expert = _EXPERT_RE.fullmatch(match.group(2)) if match else None
+    if expert and expert.group(2) in _EXPERT_NAMES:
+        return f"layers.{match.group(1)}.experts.{expert.group(1)}.{_EXPERT_NAMES[expert.group(2)]}"
     return None
 
 

@@ -11,8 +11,17 @@ import gguf
 import numpy as np
 import torch
 from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
+from moe_fixtures import (
+    MIXTRAL_TEMPLATE,
+    MOE_SHAPE,
+    add_experts,
+    add_gguf_metadata,
+    dense_only,
+    gguf_experts,
+    hf_experts,
+)
 from safetensors.torch import load_file, save_file
-from test_gguf import MERGES, SPECIALS, _vocab
+from test_gguf import MERGES, SPECIALS, _permute, _vocab
 
 from met.model.config import ModelConfig
 
@@ -47,22 +56,38 @@ PHI3_ORIGINAL = 64
 PHI3_LONG = [1.0, 1.1, 1.3, 1.6, 2.0, 2.6, 3.4, 4.5]
 PHI3_SHORT = [1.0, 1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5]
 
-# Per family: the config overrides of its tiny model, its GGUF architecture name, its template,
-# and what that template makes of test_families' conversation.
+QWEN3_RENDERED = (
+    "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+    "<|im_start|>user\nworld<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
+# Per family: the config overrides of its tiny model (architecture: the HF model_type), its GGUF
+# architecture name, its template, and what that template makes of test_families' conversation.
 FAMILIES: dict[str, dict] = {
+    "qwen3moe": {
+        "config": {"architecture": "qwen3_moe", "qk_norm": True, "head_dim": 32, **MOE_SHAPE},
+        "arch": "qwen3moe",
+        "template": QWEN3_TEMPLATE,
+        "rendered": QWEN3_RENDERED,
+    },
+    # Mixtral's GGUF files are `llama` ones with experts (Q/K rows permuted as llama's are).
+    "mixtral": {
+        "config": {"architecture": "mixtral", **MOE_SHAPE},
+        "arch": "llama",
+        "template": MIXTRAL_TEMPLATE,
+        "rendered": "<|endoftext|>[INST] hello [/INST]<think>\nhm\n</think>\n\nhello<|im_end|>"
+        "[INST] world [/INST]",
+    },
     "qwen3": {
         "config": {"architecture": "qwen3", "qk_norm": True, "head_dim": 32, "n_kv_heads": 2},
         "arch": "qwen3",
         "template": QWEN3_TEMPLATE,
-        "rendered": "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
-        "<|im_start|>user\nworld<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "rendered": QWEN3_RENDERED,
     },
     "qwen2": {
         "config": {"architecture": "qwen2", "attention_bias": True},
         "arch": "qwen2",
         "template": QWEN3_TEMPLATE,
-        "rendered": "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
-        "<|im_start|>user\nworld<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "rendered": QWEN3_RENDERED,
     },
     "phi3": {
         "config": {
@@ -102,7 +127,10 @@ def family_model(family: str, vocab: int, seed: int = 5, **shape: int) -> tuple[
     """The family's tiny model; `shape` overrides tiny_config's sizes."""
     overrides = {"tie_embeddings": True, **FAMILIES[family]["config"], **shape}
     config = tiny_config(vocab=vocab, **overrides)
-    return config, random_weights(config, seed=seed)
+    weights = random_weights(config, seed=seed)
+    if config.n_experts:
+        add_experts(config, weights, seed)
+    return config, weights
 
 
 def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> None:
@@ -151,9 +179,18 @@ def write_family_gguf(
     _store(w, "output_norm.weight", weights["norm"], Q.F32)
     if family == "phi3":
         _phi3_gguf_extras(w, config)
-    for name, tensor in _gguf_layers(family, weights).items():
+    layers = _gguf_layers(family, weights)
+    if config.n_experts:
+        add_gguf_metadata(w, config, spec["arch"])
+        for name, tensor in gguf_experts(layers, config).items():
+            # llama.cpp keeps the router in F32; the experts are quantized like the rest.
+            _store(w, name, tensor, Q.F32 if "gate_inp" in name else qtype)
+    for name, tensor in layers.items():
         short = name.rsplit(".", 1)[-1]
         kind = qtype if short in _LINEAR or short in ("qkv", "gate_up") else Q.F32
+        if spec["arch"] == "llama" and short in ("wq", "wk"):
+            heads = config.n_heads if short == "wq" else config.n_kv_heads
+            tensor = torch.from_numpy(_permute(tensor.numpy(), heads))
         i = name.split(".")[1]
         _store(w, f"blk.{i}.{_GGUF_LAYER[short]}", tensor, kind)
     for name, tensor in (extra or {}).items():
@@ -190,9 +227,11 @@ def write_family_hf(folder: Path, family: str) -> tuple[ModelConfig, dict]:
     tokenizer of 256 ids, the chat template)."""
     config, weights = family_model(family, 256)
     folder.mkdir(parents=True, exist_ok=True)
-    save_hf_folder(folder, config, weights)
+    save_hf_folder(folder, config, dense_only(weights))
     if family == "phi3":
         _phi3_hf(folder, config)
+    if config.n_experts:
+        hf_experts(folder, config, weights)
     (folder / "tokenizer.json").write_text(byte_tokenizer_json())
     settings = {"chat_template": FAMILIES[family]["template"], "eos_token": None}
     (folder / "tokenizer_config.json").write_text(json.dumps(settings))

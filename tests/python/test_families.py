@@ -57,7 +57,8 @@ def _forwards(path):
 def test_paged_forwards_match_the_dense_reference(tmp_path, family, kind):
     path, config, weights = _source(tmp_path, family, kind)
     loaded_config, _, _ = load_model(path, device="cpu", weight_format="dequantized")
-    assert loaded_config.architecture == config.architecture
+    arch = config.architecture if kind == "hf" else FAMILIES[family]["arch"]
+    assert loaded_config.architecture == arch
     if kind == "q8_0":
         config, weights = load_gguf(path)
     want = {name: reference_logits(config, weights, seq) for name, seq in SEQS.items()}
@@ -72,7 +73,9 @@ def test_paged_forwards_match_the_dense_reference(tmp_path, family, kind):
             logits, atol = torch.cat(parts), TOL[kind] * want[seq].abs().max().item()
             torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
             assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
-    assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
+    # The C++ forward does not run MoE layers yet.
+    cpp = kind == "q8_0" and not config.n_experts
+    assert names == (["torch", "cpp"] if cpp else ["torch"])
 
 
 @pytest.mark.parametrize("weight_format", ["gguf", "dequantized"])

@@ -11,7 +11,9 @@ from typing import Any
 # layers.{i}.attn_norm, .wq [nh*hd, H], .wk/.wv [nkv*hd, H], .wo [H, nh*hd],
 # .bq/.bk/.bv (Qwen2 only), .q_norm/.k_norm [hd] (Qwen3, Gemma 3), .mlp_norm,
 # .w_gate/.w_up [F, H], .w_down [H, F]; .post_attn_norm/.post_mlp_norm (Gemma 2/3: the norms of
-# each sublayer's output before it joins the residual).
+# each sublayer's output before it joins the residual). A mixture-of-experts model (Qwen3-MoE,
+# Mixtral) has instead of w_gate/w_up/w_down a .router [E, H] and per expert e
+# .experts.{e}.w_gate/.w_up [F, H], .experts.{e}.w_down [H, F], F the expert's width (ffn).
 # Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
 # (1 + w) is folded in by the loaders, as llama.cpp's converter does).
 
@@ -33,7 +35,9 @@ class RopeScaling:
 
 @dataclass
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3"
+    # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3" | "qwen3moe" (GGUF)
+    # | "qwen3_moe" | "mixtral" (HF)
+    architecture: str
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -59,6 +63,11 @@ class ModelConfig:
     # Sliding-window attention (Mistral 7B v0.1): a query at position p attends to keys
     # p - window + 1 .. p only; None: the whole context.
     sliding_window: int | None = None
+    # Mixture of experts (every layer's MLP): E experts of width `ffn`, k used per token, their
+    # top-k routing weights renormalised to sum to 1 when moe_norm_topk (model/moe.py).
+    n_experts: int = 0
+    n_experts_used: int = 0
+    moe_norm_topk: bool = True
     # Which layers slide (Gemma: interleaved with global ones); None: every layer, when windowed.
     sliding_layers: list[bool] | None = None
     # Gemma 3: the sliding layers' RoPE base (their RoPE is never rescaled); None: rope_theta.
@@ -92,6 +101,11 @@ class ModelConfig:
             )
         if min(self.n_layers, self.hidden, self.head_dim, self.ffn, self.vocab) <= 0:
             raise ModelLoadError(f"{source}: model dimensions must be positive: {self}")
+        if self.n_experts and not 0 < self.n_experts_used <= self.n_experts:
+            raise ModelLoadError(
+                f"{source}: {self.n_experts_used} experts used per token of {self.n_experts}; "
+                "the file's metadata is inconsistent"
+            )
         if self.head_dim % 2:
             raise ModelLoadError(f"{source}: head_dim {self.head_dim} must be even for RoPE")
 
@@ -131,10 +145,14 @@ def _llama3_rescale(freq: float, s: RopeScaling) -> float:
 
 def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) -> None:
     """Raise ModelLoadError naming `source` when a tensor the forward needs is absent."""
+    mlp = ["w_gate", "w_up", "w_down"]
+    if config.n_experts:
+        parts = ("w_gate", "w_up", "w_down")
+        mlp = ["router"] + [f"experts.{e}.{n}" for e in range(config.n_experts) for n in parts]
     needed = ["embed", "norm"] + [
         f"layers.{i}.{n}"
         for i in range(config.n_layers)
-        for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
+        for n in ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", *mlp]
     ]
     if config.qk_norm:
         needed += [f"layers.{i}.{n}" for i in range(config.n_layers) for n in ("q_norm", "k_norm")]
@@ -145,5 +163,5 @@ def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) 
     if missing:
         raise ModelLoadError(
             f"{source}: {len(missing)} tensors are missing (first: {missing[0]}); the file is "
-            "incomplete or not a dense Llama-style model"
+            "incomplete or not a Llama-style model"
         )

@@ -30,6 +30,8 @@ def unsupported_reason(model: LlamaModel, max_len: int | None = None) -> str | N
         return "the C++ forward runs float32 on the CPU"
     if model.reduce is not None:
         return "tensor parallelism runs the torch forward"
+    if model.config.n_experts:
+        return "the C++ forward does not run mixture-of-experts layers yet"
     linears = [model.lm_head] + [
         layer[name] for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")
     ]

@@ -46,6 +46,10 @@ def unsupported_reason(model: LlamaModel) -> str | None:
         return "met's CUDA kernels do not apply Qwen3's Q/K norms yet"
     if is_gemma(model.config):
         return "met's CUDA kernels do not run Gemma's norms, GeLU and soft-capping yet"
+    if model.config.n_experts:
+        return (
+            "met's CUDA kernels do not run mixture-of-experts layers yet (the torch forward does)"
+        )
     if model.config.head_dim % 8 or model.config.head_dim > 256:
         return "paged attention takes head_dim a multiple of 8, at most 256"
     return None

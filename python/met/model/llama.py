@@ -1,5 +1,5 @@
-"""Dense Llama-style decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3) over packed rows and a
-paged KV cache.
+"""Llama-style decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3; MoE MLPs: Qwen3-MoE, Mixtral)
+over packed rows and a paged KV cache.
 
 One forward runs every row of a batch (prefill chunks and decode steps mixed) through each layer
 as one set of matmuls over all packed tokens; only attention looks at rows separately, and all
@@ -22,6 +22,7 @@ from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.gemma import softcapped_attention
 from met.model.linear import Weight, embedding, fuse_rows, linear
+from met.model.moe import MoeBlock, take_moe_block
 from met.model.rope import rope_table, rotate_half
 
 IntArray = Tensor | np.ndarray | Sequence[int]
@@ -160,9 +161,17 @@ class LlamaModel:
             "mlp_norm": take(p + "mlp_norm"),
             "post_attn_norm": take(p + "post_attn_norm") if c.post_norms else None,
             "post_mlp_norm": take(p + "post_mlp_norm") if c.post_norms else None,
-            "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
-            "w_down": take(p + "w_down"),
+            **self._mlp(weights, i, take),
         }
+
+    def _mlp(self, weights: dict[str, Weight], i: int, take) -> dict[str, Weight | MoeBlock]:
+        p = f"layers.{i}."
+        if not self.config.n_experts:
+            return {
+                "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
+                "w_down": take(p + "w_down"),
+            }
+        return {"moe": take_moe_block(weights, i, self.config, take, self._fuse)}
 
     def _fuse(self, parts: list[Weight]) -> Weight:
         return fuse_rows(parts, self.dtype, self.device)
@@ -257,7 +266,10 @@ class LlamaModel:
         v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         attn = self._reduced(linear(self._attention(q, k, v, k_cache, v_cache, plan), w["wo"]))
         x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
-        gate, up = linear(self._norm(x, w["mlp_norm"]), w["w_gate_up"]).chunk(2, dim=-1)
+        h = self._norm(x, w["mlp_norm"])
+        if "moe" in w:
+            return x + self._reduced(w["moe"](h))
+        gate, up = linear(h, w["w_gate_up"]).chunk(2, dim=-1)
         mlp = self._reduced(linear(self._gated(gate, up), w["w_down"]))
         return x + (mlp if w["post_mlp_norm"] is None else self._norm(mlp, w["post_mlp_norm"]))
 

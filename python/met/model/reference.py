@@ -1,8 +1,9 @@
 """A deliberately plain dense forward, used by tests to check the paged, packed LlamaModel.
 
 It shares nothing with llama.py beyond the weight names: unfused projections, RoPE through complex
-multiplication, K/V repeated per query head, softmax attention written out, full recompute of one
-sequence at a time.
+multiplication, K/V repeated per query head, softmax attention written out, mixture-of-experts
+MLPs as every expert on every token under a dense routing matrix, full recompute of one sequence
+at a time.
 """
 
 from __future__ import annotations
@@ -57,6 +58,28 @@ def _attention(x: Tensor, w: dict[str, Tensor], p: str, config: ModelConfig) -> 
     return out @ w[p + "wo"].T
 
 
+def _mlp(h: Tensor, w: dict[str, Tensor], p: str) -> Tensor:
+    gate = h @ w[p + "w_gate"].T
+    return (gate * torch.sigmoid(gate) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+
+
+def moe_mlp(h: Tensor, w: dict[str, Tensor], p: str, config: ModelConfig) -> Tensor:
+    """Every expert on every token, weighted by a dense [T, E] routing matrix that is zero
+    outside each token's top k. Mixtral's formulation (softmax over the top-k logits) for a
+    renormalising model, Qwen3-MoE's (top-k of the softmax, as is) for one that does not."""
+    logits = (h @ w[p + "router"].T).float()
+    top, ids = torch.topk(logits, config.n_experts_used, dim=-1)
+    if config.moe_norm_topk:
+        picked = torch.softmax(top, dim=-1)
+    else:
+        picked = torch.softmax(logits, dim=-1).gather(-1, ids)
+    routing = torch.zeros_like(logits).scatter(-1, ids, picked).to(h.dtype)
+    out = torch.zeros_like(h)
+    for e in range(config.n_experts):
+        out += routing[:, e : e + 1] * _mlp(h, w, f"{p}experts.{e}.")
+    return out
+
+
 @torch.inference_mode()
 def reference_logits(
     config: ModelConfig, weights: dict[str, Tensor], token_ids: list[int]
@@ -68,7 +91,6 @@ def reference_logits(
         p = f"layers.{i}."
         x = x + _attention(_rms_norm(x, w[p + "attn_norm"], config.norm_eps), w, p, config)
         h = _rms_norm(x, w[p + "mlp_norm"], config.norm_eps)
-        gate = h @ w[p + "w_gate"].T
-        x = x + (gate * torch.sigmoid(gate) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+        x = x + (moe_mlp(h, w, p, config) if config.n_experts else _mlp(h, w, p))
     head = w["embed"] if config.tie_embeddings else w["lm_head"]
     return (_rms_norm(x, w["norm"], config.norm_eps) @ head.T).float()

@@ -1,0 +1,142 @@
+"""A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral): a router picks top-k experts per token.
+
+Interface (what a layer of LlamaModel holds instead of its dense gate/up/down):
+    block = MoeBlock(router [E, H], {e: (w_gate_up [2F, H], w_down [H, F])}, top_k, norm_topk)
+    y = block(x)  # x [T, H] -> y [T, H]
+
+Routing (Hugging Face's Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock): softmax over all E
+router logits in float32, the k largest probabilities, divided by their sum when norm_topk (always
+for Mixtral, per `norm_topk_prob` for Qwen3-MoE). Mixtral's "softmax over the top-k logits" is
+the same numbers: exp(l_i) / sum_topk exp(l_j) = p_i / sum_topk p_j.
+
+Batched: the T * k (token, expert) pairs are sorted by expert, and each expert with tokens runs
+one matmul over the rows routed to it; the outputs are scaled by their routing weights and
+scatter-added back to their tokens. There is no loop over tokens.
+
+Expert parallel: `experts` may hold only some of the E expert ids (keep_experts below picks a
+rank's share of the canonical weights). Tokens routed to an absent expert contribute nothing
+here, so each rank's output is a partial sum over its experts; the model's `reduce` hook (the
+same all-reduce tensor parallel uses for wo and w_down) adds the ranks' partials into the full
+output. The router is replicated, so every rank makes the same routing decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import Tensor
+
+from met.model.config import ModelConfig
+from met.model.linear import Weight, linear
+
+ExpertWeights = tuple[Weight, Weight]  # (w_gate_up [2F, H]: gate rows then up rows, w_down)
+
+
+def route(router_logits: Tensor, top_k: int, norm_topk: bool) -> tuple[Tensor, Tensor]:
+    """(weights [T, k] float32, expert ids [T, k]) for router logits [T, E]."""
+    probs = torch.softmax(router_logits.float(), dim=-1)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    if norm_topk:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, ids
+
+
+class MoeBlock:
+    """The MoE MLP of one layer; `experts` maps expert id -> its weights (all E, or a rank's)."""
+
+    def __init__(
+        self,
+        router: Weight,
+        experts: Mapping[int, ExpertWeights],
+        top_k: int,
+        norm_topk: bool,
+    ) -> None:
+        self.router = router
+        self.experts = dict(experts)
+        self.n_experts = router.shape[0] if isinstance(router, Tensor) else router.out_features
+        self.top_k = top_k
+        self.norm_topk = norm_topk
+        if not 0 < top_k <= self.n_experts:
+            raise ValueError(f"top_k {top_k} must be in 1..{self.n_experts} experts")
+        if any(not 0 <= e < self.n_experts for e in self.experts):
+            raise ValueError(f"expert ids must be in 0..{self.n_experts - 1}")
+
+    def __call__(self, x: Tensor) -> Tensor:
+        weights, ids = route(linear(x, self.router), self.top_k, self.norm_topk)
+        flat_ids = ids.reshape(-1)
+        order = torch.argsort(flat_ids, stable=True)
+        # Row j of the sorted pairs belongs to token order[j] // k.
+        tokens = order // self.top_k
+        pair_weights = weights.reshape(-1)[order].to(x.dtype)
+        counts = torch.bincount(flat_ids, minlength=self.n_experts).tolist()
+        out = torch.zeros_like(x)
+        start = 0
+        for expert, count in enumerate(counts):
+            end = start + count
+            if count and expert in self.experts:
+                rows = tokens[start:end]
+                y = _expert_mlp(x[rows], self.experts[expert])
+                out.index_add_(0, rows, y * pair_weights[start:end, None])
+            start = end
+        return out
+
+
+def take_moe_block(
+    weights: dict[str, Weight],
+    layer: int,
+    config: ModelConfig,
+    take: Callable[[str], Weight],
+    fuse: Callable[[list[Weight]], Weight],
+) -> MoeBlock:
+    """Layer `layer`'s block from the canonical weights present (all experts, or an
+    expert-parallel rank's share), each taken through `take` (LlamaModel's: pops the weight and
+    moves it to the model's device and dtype), gate and up fused through `fuse`."""
+    p = f"layers.{layer}."
+    ids = sorted({e for n in weights if n.startswith(p) and (e := expert_of(n)) is not None})
+    experts = {
+        e: (
+            fuse([take(expert_name(layer, e, "w_gate")), take(expert_name(layer, e, "w_up"))]),
+            take(expert_name(layer, e, "w_down")),
+        )
+        for e in ids
+    }
+    return MoeBlock(take(p + "router"), experts, config.n_experts_used, config.moe_norm_topk)
+
+
+def _expert_mlp(x: Tensor, weights: ExpertWeights) -> Tensor:
+    gate_up, down = weights
+    gate, up = linear(x, gate_up).chunk(2, dim=-1)
+    return linear(F.silu(gate) * up, down)
+
+
+def expert_name(layer: int, expert: int, part: str) -> str:
+    """The canonical weight name of one expert's w_gate / w_up / w_down (model/config.py)."""
+    return f"layers.{layer}.experts.{expert}.{part}"
+
+
+def expert_of(name: str) -> int | None:
+    """The expert id in a canonical expert weight name, None for any other weight."""
+    parts = name.split(".")
+    if len(parts) == 5 and parts[2] == "experts":
+        return int(parts[3])
+    return None
+
+
+def owned_experts(n_experts: int, rank: int, world: int) -> range:
+    """Rank `rank`'s contiguous share of the expert ids; E must split evenly over the ranks."""
+    if n_experts % world:
+        raise ValueError(f"expert parallel: cannot split {n_experts} experts over {world} ranks")
+    share = n_experts // world
+    return range(rank * share, (rank + 1) * share)
+
+
+def keep_experts(weights: dict[str, Weight], n_experts: int, rank: int, world: int) -> None:
+    """Drop, in place, every expert weight that rank `rank` of `world` does not own (the
+    expert-parallel split; everything else, the router included, stays whole)."""
+    owned = owned_experts(n_experts, rank, world)
+    for name in list(weights):
+        expert = expert_of(name)
+        if expert is not None and expert not in owned:
+            del weights[name]

@@ -1,0 +1,77 @@
+"""met.model.moe on its own: the grouped MoE block against the reference's dense routing (both
+normalisations), the expert-parallel split summing back to the whole, and the errors for the
+MoE layouts met does not run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from family_fixtures import write_family_gguf, write_family_hf
+from model_fixtures import random_weights, tiny_config
+from moe_fixtures import add_experts
+
+from met.model.config import ModelLoadError
+from met.model.llama import LlamaModel
+from met.model.moe import MoeBlock, keep_experts
+from met.model.reference import moe_mlp
+from met.models import load_model
+
+
+def _model(norm_topk: bool, n_experts: int = 8, top_k: int = 3):
+    config = tiny_config(n_experts=n_experts, n_experts_used=top_k, moe_norm_topk=norm_topk)
+    weights = random_weights(config, seed=3)
+    add_experts(config, weights, seed=3)
+    return config, weights
+
+
+def _block(config, weights: dict, layer: int = 0) -> MoeBlock:
+    """Layer `layer`'s MoE block as LlamaModel builds it from (a copy of) `weights`."""
+    return LlamaModel(config, dict(weights)).layers[layer]["moe"]
+
+
+@pytest.mark.parametrize("norm_topk", [True, False])
+def test_the_grouped_block_matches_dense_routing(norm_topk):
+    config, weights = _model(norm_topk)
+    h = torch.randn(37, config.hidden, generator=torch.Generator().manual_seed(0))
+    want = moe_mlp(h, weights, "layers.0.", config)
+    got = _block(config, weights)(h)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # Each token alone gives its row of the batch (the grouping does not mix tokens).
+    alone = torch.cat([_block(config, weights)(h[t : t + 1]) for t in (0, 5, 36)])
+    torch.testing.assert_close(alone, got[[0, 5, 36]], atol=1e-6, rtol=1e-6)
+
+
+def test_expert_parallel_partials_sum_to_the_whole():
+    config, weights = _model(True)
+    h = torch.randn(19, config.hidden, generator=torch.Generator().manual_seed(1))
+    whole = _block(config, weights)(h)
+    partials = []
+    for rank in range(2):
+        mine = dict(weights)
+        keep_experts(mine, config.n_experts, rank, 2)
+        kept = {n.split(".")[3] for n in mine if ".experts." in n}
+        assert kept == {str(e) for e in range(rank * 4, rank * 4 + 4)}
+        partials.append(_block(config, mine)(h))
+    torch.testing.assert_close(partials[0] + partials[1], whole, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="cannot split 8 experts over 3 ranks"):
+        keep_experts(dict(weights), config.n_experts, 0, 3)
+
+
+def test_moe_layouts_met_does_not_run_are_one_clear_line(tmp_path):
+    # Shared experts (Qwen2-MoE / DeepSeek style) in an otherwise Qwen3-MoE file.
+    path = tmp_path / "shared.gguf"
+    extra = {"blk.0.ffn_gate_shexp.weight": torch.zeros(32, 64)}
+    write_family_gguf(path, "qwen3moe", extra=extra)
+    with pytest.raises(ModelLoadError) as err:
+        load_model(path, device="cpu")
+    assert "blk.0.ffn_gate_shexp.weight" in str(err.value) and "\n" not in str(err.value)
+    # Qwen3-MoE with dense MLP layers between the sparse ones.
+    folder = tmp_path / "hf"
+    write_family_hf(folder, "qwen3moe")
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(raw | {"mlp_only_layers": [1]}))
+    with pytest.raises(ModelLoadError) as err:
+        load_model(folder, device="cpu")
+    assert "mlp_only_layers" in str(err.value) and "\n" not in str(err.value)
