@@ -30,6 +30,10 @@ struct AttnShape {
   int64_t n_heads, n_kv_heads, head_dim, block_size;
   float scale;           // usually 1/sqrt(head_dim)
   bool kv_half = false;  // the pool holds IEEE fp16 (uint16_t) K/V instead of fp32
+  // Sliding window: a query at position p attends to keys max(0, p - window + 1) .. p only
+  // (window counts the query's own key); 0 attends to the whole context. Blocks wholly before
+  // every window of a row are never read, nor are their block_tables entries.
+  int64_t window = 0;
 };
 
 // q: [T, n_heads, head_dim] fp32 (T = cu_seqlens[n_rows]); k_cache, v_cache: ONE layer's pool,
@@ -37,7 +41,8 @@ struct AttnShape {
 // holding this step's K/V;
 // out: [T, n_heads * head_dim] fp32.
 // Row b's q_len = cu[b+1]-cu[b] queries sit at positions seq_lens[b]-q_len .. seq_lens[b]-1 and
-// attend causally to keys 0..their own position; key position p lives in block
+// attend causally to keys 0..their own position (the last shape.window of them when it is set);
+// key position p lives in block
 // block_tables[b*stride + p/block_size], offset p % block_size.
 // Work-shares with an orphaned `#pragma omp for` so it can be called from INSIDE an enclosing
 // `#pragma omp parallel` region (all threads of the team must call it) or outside one (serial).

@@ -124,7 +124,8 @@ Pool half_pool(const Pool& pool, Pool* rounded) {
   return half;
 }
 
-// Sequence seq's query at `pos` against keys 0..pos: double scores, explicit softmax.
+// Sequence seq's query at `pos` against keys 0..pos (the last shape.window of them when set):
+// double scores, explicit softmax.
 std::vector<double> reference(const Pool& pool, int seq, int64_t pos) {
   const AttnShape& s = pool.shape;
   const int64_t dim = s.head_dim, slot = s.n_kv_heads * dim, group = s.n_heads / s.n_kv_heads;
@@ -136,15 +137,16 @@ std::vector<double> reference(const Pool& pool, int seq, int64_t pos) {
     auto at = [&](int64_t p) {
       return (table[p / s.block_size] * s.block_size + p % s.block_size) * slot + kv * dim;
     };
+    const int64_t first = s.window > 0 ? std::max<int64_t>(0, pos - s.window + 1) : 0;
     double max = -INFINITY, sum = 0.0;
-    for (int64_t p = 0; p <= pos; ++p) {
+    for (int64_t p = first; p <= pos; ++p) {
       double dot = 0.0;
       for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * pool.k[at(p) + d];
       scores[p] = dot * s.scale;
       max = std::max(max, scores[p]);
     }
-    for (int64_t p = 0; p <= pos; ++p) sum += std::exp(scores[p] - max);
-    for (int64_t p = 0; p <= pos; ++p) {
+    for (int64_t p = first; p <= pos; ++p) sum += std::exp(scores[p] - max);
+    for (int64_t p = first; p <= pos; ++p) {
       const double w = std::exp(scores[p] - max) / sum;
       for (int64_t d = 0; d < dim; ++d) out[h * dim + d] += w * pool.v[at(p) + d];
     }
@@ -307,6 +309,78 @@ TEST(PagedAttentionInvariance, TilesKeepEachQuerysBits) {
           expect_same_bits(out, 0, alone[length - 1], 0, width, path.name);
           for (int64_t t = 0; t < q_len; ++t) {
             expect_same_bits(out, 1 + t, alone[begin + t], 0, width, path.name);
+          }
+        }
+      }
+    }
+  }
+}
+
+// A block of the pool no sequence owns (all NaN).
+int32_t spare_block(const Pool& pool) {
+  const int64_t n_blocks = static_cast<int64_t>(pool.k.size()) /
+                           (pool.shape.block_size * pool.shape.n_kv_heads * pool.shape.head_dim);
+  std::vector<bool> owned(n_blocks, false);
+  for (const auto& table : pool.tables) {
+    for (const int32_t id : table) owned[id] = true;
+  }
+  return static_cast<int32_t>(std::find(owned.begin(), owned.end(), false) - owned.begin());
+}
+
+// The blocks wholly before the window of row r's first query point at a NaN block: reading one
+// poisons the output (each row below has its own sequence).
+Pool poison_before_windows(Pool pool, const std::vector<Row>& batch) {
+  const int32_t spare = spare_block(pool);
+  for (const Row& r : batch) {
+    const int64_t first_key = std::max<int64_t>(0, r.begin - pool.shape.window + 1);
+    for (int64_t b = 0; b < first_key / pool.shape.block_size; ++b) pool.tables[r.seq][b] = spare;
+  }
+  return pool;
+}
+
+TEST(PagedAttentionWindow, MatchesReferenceOnEveryPath) {
+  for (const Case c : {Case{9, 3, 64, 16}, Case{6, 3, 72, 8}}) {
+    const Pool full = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size,
+                                {1, 37, 100, 33, 230}, 2.0f, static_cast<uint32_t>(c.head_dim));
+    const std::vector<Row> batch = {
+        {2, 99, 1},    // decode row
+        {1, 0, 37},    // prefill from position 0
+        {3, 20, 13},   // continuation chunk after earlier context
+        {0, 0, 1},     // the very first token
+        {4, 150, 80},  // long continuation
+    };
+    // Windows of one key, shorter than a tile, one block, past a block, longer than a prefill.
+    for (const int64_t window :
+         {int64_t{1}, int64_t{5}, c.block_size, c.block_size + 3, int64_t{40}, int64_t{1000}}) {
+      Pool pool = full;
+      pool.shape.window = window;
+      pool = poison_before_windows(pool, batch);
+      for (const detail::AttnPath& path : detail::attention_paths()) {
+        for (const int threads : {0, 2}) {
+          SCOPED_TRACE(testing::Message() << "window " << window << " threads " << threads);
+          expect_matches_reference(pool, batch, run(pool, batch, path.fn, threads), path.name);
+        }
+      }
+    }
+  }
+}
+
+// Under a window, as without one: each query of a chunk gives the bits of the same query alone.
+TEST(PagedAttentionWindow, TilesKeepEachQuerysBits) {
+  const Case c{9, 3, 64, 16};
+  const int64_t length = 3 * detail::kAttnTile + 2 * c.block_size + 5;
+  Pool pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {length}, 2.0f, 23);
+  const int64_t width = c.n_heads * c.head_dim;
+  for (const int64_t window : {int64_t{3}, int64_t{20}}) {
+    pool.shape.window = window;
+    for (const detail::AttnPath& path : detail::attention_paths()) {
+      std::vector<std::vector<float>> alone(length);
+      for (int64_t pos = 0; pos < length; ++pos) alone[pos] = run(pool, {{0, pos, 1}}, path.fn, 0);
+      for (const int64_t begin : {int64_t{0}, int64_t{3}, c.block_size - 1}) {
+        for (const int threads : {0, 2}) {
+          const auto out = run(pool, {{0, begin, length - begin}}, path.fn, threads);
+          for (int64_t t = 0; t < length - begin; ++t) {
+            expect_same_bits(out, t, alone[begin + t], 0, width, path.name);
           }
         }
       }

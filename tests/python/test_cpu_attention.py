@@ -41,7 +41,7 @@ def _pool(rows, n_heads, n_kv_heads, head_dim, block_size, seed):
     return q, k_cache, v_cache, cu, torch.tensor(seq_lens, dtype=torch.int32), tables
 
 
-def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0):
+def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0, window=0):
     """Over an fp32 pool, or an fp16 one (read as kv_half)."""
     total, n_heads, head_dim = q.shape
     _, block_size, n_kv_heads, _ = k_cache.shape
@@ -63,12 +63,14 @@ def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0):
         1.0 / math.sqrt(head_dim),
         n_threads,
         kv_half=k_cache.dtype == torch.float16,
+        window=window,
     )
     return out
 
 
-def _reference(q, k_cache, v_cache, cu, seq_lens, tables):
-    """Per row: gather the context, repeat kv heads for GQA, causal mask, float64 SDPA."""
+def _reference(q, k_cache, v_cache, cu, seq_lens, tables, window=0):
+    """Per row: gather the context, repeat kv heads for GQA, causal mask (and the sliding window
+    when set), float64 SDPA."""
     total, n_heads, head_dim = q.shape
     block_size, n_kv_heads = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty(total, n_heads * head_dim, dtype=torch.float64)
@@ -85,6 +87,8 @@ def _reference(q, k_cache, v_cache, cu, seq_lens, tables):
         query = q[first:last].double().transpose(0, 1)  # [n_heads, q_len, head_dim]
         query_pos = torch.arange(n - q_len, n)
         mask = positions[None, :] <= query_pos[:, None]
+        if window:
+            mask &= positions[None, :] > query_pos[:, None] - window
         o = torch.nn.functional.scaled_dot_product_attention(
             query, keys, values, attn_mask=mask, scale=1.0 / math.sqrt(head_dim)
         )
@@ -106,6 +110,23 @@ def test_matches_sdpa(n_heads: int, n_kv_heads: int, head_dim: int, n_threads: i
     got = _attention(*batch, n_threads=n_threads)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.double(), _reference(*batch), rtol=TOLERANCE, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("window", [1, 6, 16, 21, 120])
+@pytest.mark.parametrize("n_threads", [0, 2])
+def test_a_sliding_window_matches_sdpa_with_the_window_mask(window: int, n_threads: int) -> None:
+    batch = _pool(ROWS, 9, 3, 64, 16, seed=window)
+    got = _attention(*batch, n_threads=n_threads, window=window)
+    assert torch.isfinite(got).all()
+    want = _reference(*batch, window=window)
+    torch.testing.assert_close(got.double(), want, rtol=TOLERANCE, atol=TOLERANCE)
+    # The window changes the answer wherever a query has more keys than it (the last: 230).
+    assert not torch.allclose(got[-1].double(), _reference(*batch)[-1], atol=1e-3)
+
+
+def test_rejects_a_negative_window() -> None:
+    with pytest.raises(ValueError, match="window"):
+        _core.cpu.paged_attention(0, 0, 0, 0, 0, 0, 0, 0, 1, 9, 3, 64, 16, 0.125, 0, window=-1)
 
 
 def test_batch_invariant_bits() -> None:
