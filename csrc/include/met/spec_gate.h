@@ -4,7 +4,7 @@
 // observe() once that step's wall time is known (the next tick's time minus this one's).
 // Invariants: deterministic in its inputs (the scheduler passes time in, the gate reads no
 // clock); a bucket switches mode only after `losses_to_switch` consecutive probes in which the
-// other mode delivered more than (1 + noise) times the tokens/s of the window before the probe.
+// other mode beat the mean of the windows on either side of the probe by more than its margin.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +12,24 @@
 
 namespace met {
 
+// The margins are asymmetric on purpose: plain decoding is what `--speculative off` runs, so
+// leaving speculation for plain can never make the server slower than off, while the way back
+// must be beyond the noise. Probing plain is as cheap for the same reason, so a speculating
+// bucket probes often; a plain bucket probes speculation rarely, and a probe that is clearly
+// losing ends after `abort_steps`, which bounds what probing costs.
 struct GateConfig {
-  int32_t window_steps = 8;      // decode steps per measured window (and per probe)
-  int32_t min_probe_every = 2;   // windows between probes, right after a switch or a loss
-  int32_t max_probe_every = 32;  // ... doubling up to this while the current mode keeps winning
-  double noise = 0.05;           // a probe must beat the current mode by more than this share
-  int32_t losses_to_switch = 2;  // consecutive losing probes before the bucket switches
+  int32_t window_steps = 8;            // decode steps per measured window (and per probe)
+  int32_t min_probe_every = 2;         // windows between probes, right after a switch or a loss
+  int32_t max_probe_every_spec = 4;    // ... doubling up to this while speculation keeps winning
+  int32_t max_probe_every_plain = 32;  // ... or to this while plain keeps winning
+  double to_plain_margin = 0.01;       // plain must beat speculation by this share
+  double to_spec_margin = 0.05;        // speculation must beat plain by this share plus the spread
+                                       // between the windows either side of the probe
+  double abort_below = 0.75;           // a probe below this share of the window before it ...
+  int32_t abort_steps = 1;             // ... after this many steps ends, lost
+  int32_t losses_to_switch = 2;        // consecutive winning probes of the other mode to switch
+  double probe_budget = 0.01;          // share of a plain bucket's time its probes may cost ...
+  int32_t max_probe_every_costly = 128;  // ... spacing them up to this many windows
 };
 
 enum class GateMode { Spec, Plain };
@@ -49,16 +61,22 @@ class SpecGate {
     double seconds = 0;
     double rate() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
   };
+  // Measure: windows of the current mode; Probe: one window of the other mode; After: the
+  // current mode's window right after the probe, the second bracket it is judged against.
+  enum class Phase { Measure, Probe, After };
   struct Bucket {
     GateMode mode = GateMode::Spec;
-    bool probing = false;
-    Window current, last, probe;
+    Phase phase = Phase::Measure;
+    Window current, before, probe;
     int32_t windows = 0;  // full windows since the last probe
     int32_t probe_every = 0;
     int32_t losses = 0;
   };
   Bucket& at(int32_t bucket);
-  void evaluate(Bucket& b);
+  void probe_step(Bucket& b);
+  void judge(Bucket& b, const Window& after);
+  void keep(Bucket& b, double share);
+  void flip(Bucket& b);
 
   GateConfig cfg_;
   std::vector<Bucket> buckets_;
