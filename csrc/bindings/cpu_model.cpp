@@ -44,6 +44,15 @@ cpu::LayerWeights parse_layer(const py::dict& d) {
   if (d.contains("k_norm")) l.k_norm = ptr<const float>(d["k_norm"].cast<uintptr_t>());
   l.wo = parse_weight(d["wo"]);
   l.mlp_norm = ptr<const float>(d["mlp_norm"].cast<uintptr_t>());
+  if (d.contains("router")) {  // a MoE layer: [(gate_up, down)] per expert
+    l.router = ptr<const float>(d["router"].cast<uintptr_t>());
+    for (const py::handle expert : d["experts"].cast<py::list>()) {
+      const auto pair = expert.cast<py::tuple>();
+      l.expert_gate_up.push_back(parse_weight(pair[0]));
+      l.expert_down.push_back(parse_weight(pair[1]));
+    }
+    return l;
+  }
   l.w_gate_up = parse_weight(d["w_gate_up"]);
   l.w_down = parse_weight(d["w_down"]);
   return l;
@@ -63,6 +72,11 @@ cpu::LlamaDims parse_dims(const py::dict& d) {
   dims.num_blocks = d["num_blocks"].cast<int64_t>();
   dims.block_size = d["block_size"].cast<int64_t>();
   dims.kv_half = d.contains("kv_half") && d["kv_half"].cast<bool>();
+  if (d.contains("n_experts")) {
+    dims.n_experts = d["n_experts"].cast<int64_t>();
+    dims.n_experts_used = d["n_experts_used"].cast<int64_t>();
+    dims.moe_norm_topk = d["moe_norm_topk"].cast<bool>();
+  }
   return dims;
 }
 

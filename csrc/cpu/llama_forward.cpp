@@ -47,10 +47,16 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   require(w_.norm && w_.rope_cos && w_.rope_sin && k_cache && v_cache, "null pointer");
   qkv_width_ = (d.n_heads + 2 * d.n_kv_heads) * d.head_dim;
   const int64_t q_width = d.n_heads * d.head_dim;
+  require(d.n_experts == 0 || (d.n_experts_used > 0 && d.n_experts_used <= d.n_experts),
+          "experts used per token must be 1..n_experts");
   for (const LayerWeights& l : w_.layers) {
     require(l.attn_norm && l.mlp_norm, "null norm weight");
     check_weight(l.wqkv, qkv_width_, d.dim, "wqkv");
     check_weight(l.wo, d.dim, q_width, "wo");
+    if (d.n_experts > 0) {
+      check_experts(l);
+      continue;
+    }
     check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
     check_weight(l.w_down, d.dim, d.ffn, "w_down");
   }
@@ -102,8 +108,10 @@ void LlamaForward::plan(const ForwardBatch& batch) {
 }
 
 void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
-  const int64_t t = std::max(n_tokens, n_logits);
   const LlamaDims& d = dims_;
+  const int64_t t = std::max(n_tokens, n_logits);
+  // A MoE MLP's rows are (token, expert) pairs, k per token.
+  const int64_t mlp_rows = std::max(t, n_tokens * d.n_experts_used);
   auto grow = [](auto& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   };
@@ -113,12 +121,21 @@ void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
   grow(qkv_, t * qkv_width_);
   grow(q_, t * d.n_heads * d.head_dim);
   grow(attn_, t * d.n_heads * d.head_dim);
-  grow(gate_up_, t * 2 * d.ffn);
-  grow(act_, t * d.ffn);
-  if (t > act_rows_cap_) {
-    act_rows_cap_ = t;
-    act_qs_.resize(static_cast<size_t>(t * max_k_));
-    act_scales_.resize(static_cast<size_t>(2 * t * (max_k_ / kBlock)));
+  grow(gate_up_, mlp_rows * 2 * d.ffn);
+  grow(act_, mlp_rows * d.ffn);
+  if (d.n_experts > 0) {
+    grow(expert_out_, mlp_rows * d.dim);
+    grow(pair_expert_, mlp_rows);
+    grow(pair_row_, mlp_rows);
+    grow(row_token_, mlp_rows);
+    grow(pair_weight_, mlp_rows);
+    grow(router_logits_, n_tokens * d.n_experts);
+    grow(expert_start_, d.n_experts + 1);
+  }
+  if (mlp_rows > act_rows_cap_) {
+    act_rows_cap_ = mlp_rows;
+    act_qs_.resize(static_cast<size_t>(mlp_rows * max_k_));
+    act_scales_.resize(static_cast<size_t>(2 * mlp_rows * (max_k_ / kBlock)));
   }
 }
 
@@ -143,7 +160,11 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
     for (int64_t layer = 0; layer < dims_.n_layers; ++layer) {
       const LayerWeights& w = w_.layers[static_cast<size_t>(layer)];
       attention_block(w, batch, layer, n_tokens);
-      mlp_block(w, n_tokens);
+      if (dims_.n_experts > 0) {
+        moe_block(w, n_tokens);
+      } else {
+        mlp_block(w, n_tokens);
+      }
     }
     head(batch, logits);
   }

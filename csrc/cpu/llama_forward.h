@@ -1,6 +1,7 @@
-// Owns: one packed forward of a dense Llama-style decoder (Llama, Mistral, Qwen2/3) on the CPU with
-//   the linear weights kept in GGUF blocks: the whole layer loop runs in C++ inside one OpenMP
-//   team, so a decode step costs no per-op trip through Python.
+// Owns: one packed forward of a Llama-style decoder (Llama, Mistral, Qwen2/3; mixture-of-experts
+//   MLPs: Qwen3-MoE, Mixtral) on the CPU with the linear weights kept in GGUF blocks: the whole
+//   layer loop runs in C++ inside one OpenMP team, so a decode step costs no per-op trip through
+//   Python.
 // Called by: csrc/bindings/cpu_forward.cpp (python/met/model/cpu_llama.py), tests/cpp.
 // Invariants: every stage is per token (RMSNorm, RoPE, SiLU, the activation quantization, the
 //   quantized matmul's rows, paged attention's per-query order), so a token's logits are bitwise
@@ -38,6 +39,11 @@ struct LayerWeights {
   const float* mlp_norm = nullptr;
   QuantWeight w_gate_up;  // gate rows, then up rows
   QuantWeight w_down;
+  // A mixture-of-experts MLP (LlamaDims::n_experts > 0) instead of w_gate_up / w_down: the
+  // float32 router [n_experts, dim] and each expert's gate/up [2 * ffn, dim] and down [dim, ffn].
+  const float* router = nullptr;
+  std::vector<QuantWeight> expert_gate_up;
+  std::vector<QuantWeight> expert_down;
 };
 
 struct LlamaDims {
@@ -53,6 +59,11 @@ struct LlamaDims {
   int64_t num_blocks = 0;     // KV pool
   int64_t block_size = 0;
   bool kv_half = false;  // the pool holds fp16 K/V (llama.cpp's default: half the memory)
+  // Mixture of experts: each token's top n_experts_used of the router's softmax, their weights
+  // divided by their sum when moe_norm_topk (Qwen3-MoE, Mixtral); 0 experts: a dense MLP.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  bool moe_norm_topk = true;
 };
 
 struct LlamaWeights {
@@ -108,6 +119,12 @@ class LlamaForward {
   void attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
                        int64_t n_tokens);
   void mlp_block(const LayerWeights& w, int64_t n_tokens);
+  // The MoE MLP (moe_forward.cpp): route each token, group the (token, expert) pairs by expert,
+  // run each expert's matmuls over its rows, and sum each token's k outputs into delta_.
+  void moe_block(const LayerWeights& w, int64_t n_tokens);
+  void route_tokens(const LayerWeights& w, int64_t n_tokens);
+  void group_by_expert(int64_t n_tokens);
+  void check_experts(const LayerWeights& l) const;
   // Token t's residual row, after adding the last sublayer's output when add_delta, normalized
   // with `norm` into h_ and quantized there for the next matmul.
   void residual_norm_row(int64_t t, const float* norm, bool add_delta,
@@ -141,6 +158,11 @@ class LlamaForward {
   int64_t act_rows_cap_ = 0;
   std::vector<int8_t> act_qs_;
   std::vector<float> act_scales_;
+  // MoE scratch: per (token, slot) pair its expert and weight, and its row in the expert-sorted
+  // order; per sorted row its token; where each expert's rows start (n_experts + 1).
+  std::vector<int32_t> pair_expert_, pair_row_, row_token_;
+  std::vector<float> pair_weight_, router_logits_, expert_out_;
+  std::vector<int64_t> expert_start_, expert_next_;
 };
 
 }  // namespace met::cpu

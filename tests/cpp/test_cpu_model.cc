@@ -83,8 +83,11 @@ struct TinyModel {
   std::vector<uint16_t> k16, v16;  // the pool with dims.kv_half
   LlamaWeights weights;
 
-  explicit TinyModel(bool kv_half = false) {
+  // n_experts > 0: every MLP is a mixture of that many experts, two used per token.
+  explicit TinyModel(bool kv_half = false, int64_t n_experts = 0) {
     dims.kv_half = kv_half;
+    dims.n_experts = n_experts;
+    dims.n_experts_used = n_experts > 0 ? 2 : 0;
     dims.dim = 64;
     dims.n_layers = 2;
     dims.n_heads = 4;
@@ -96,8 +99,8 @@ struct TinyModel {
     dims.max_positions = 64;
     dims.num_blocks = 32;
     dims.block_size = 4;
-    blobs.reserve(16);
-    floats.reserve(16);
+    blobs.reserve(16 + 4 * n_experts);
+    floats.reserve(16 + 2 * n_experts);
     uint32_t seed = 10;
     weights.embed = quant(dims.vocab, dims.dim, seed++);
     weights.lm_head = weights.embed;
@@ -108,8 +111,17 @@ struct TinyModel {
       lw.wqkv = quant((dims.n_heads + 2 * dims.n_kv_heads) * dims.head_dim, dims.dim, seed++);
       lw.wo = quant(dims.dim, dims.n_heads * dims.head_dim, seed++);
       lw.mlp_norm = norm(seed++);
-      lw.w_gate_up = quant(2 * dims.ffn, dims.dim, seed++);
-      lw.w_down = quant(dims.dim, dims.ffn, seed++);
+      if (n_experts > 0) {
+        floats.push_back(random_floats(n_experts * dims.dim, seed++));
+        lw.router = floats.back().data();
+        for (int64_t e = 0; e < n_experts; ++e) {
+          lw.expert_gate_up.push_back(quant(2 * dims.ffn, dims.dim, seed++));
+          lw.expert_down.push_back(quant(dims.dim, dims.ffn, seed++));
+        }
+      } else {
+        lw.w_gate_up = quant(2 * dims.ffn, dims.dim, seed++);
+        lw.w_down = quant(dims.dim, dims.ffn, seed++);
+      }
       weights.layers.push_back(lw);
     }
     std::vector<float> cos(dims.max_positions * dims.head_dim / 2), sin(cos.size());
@@ -298,6 +310,31 @@ TEST_P(CpuModelOnPath, ThreadCountDoesNotChangeABit) {
             run(two, {{kPrompt, n, {0, 1, 2}}}, b.dims.vocab));
 }
 
+// Tokens grouped by expert: a row's logits must not depend on which other tokens share its
+// experts, on chunking or on the thread count.
+TEST_P(CpuModelOnPath, MoeRowsDoNotDependOnBatchChunksOrThreads) {
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  const std::vector<int32_t> table = {5, 2, 9};
+  TinyModel a(false, 4), b(false, 4);
+  LlamaForward one = a.make(1);
+  LlamaForward two = b.make(2);
+  const auto whole = run(one, {{kPrompt, n, table}}, a.dims.vocab);
+  std::vector<float> chunked;
+  for (int32_t start = 0; start < n; start += 4) {
+    const int32_t end = std::min(n, start + 4);
+    chunked =
+        run(two, {{{kPrompt.begin() + start, kPrompt.begin() + end}, end, table}}, b.dims.vocab);
+  }
+  EXPECT_EQ(whole, chunked);
+  const auto alone = run(one, {{{7}, n + 1, table}}, a.dims.vocab);
+  run(two, {{{4, 4, 4, 4, 4}, 5, {10, 11}}}, b.dims.vocab);
+  const auto mixed =
+      run(two, {{{9}, 6, {10, 11}}, {{7}, n + 1, table}, {{2, 3, 5, 7, 11, 13, 17}, 7, {20, 21}}},
+          b.dims.vocab);
+  EXPECT_EQ(alone, last_logits(mixed, 1, b.dims.vocab));
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(CpuModel, BadInputIsRefusedBeforeThePoolIsTouched) {
   TinyModel m;
   LlamaForward f = m.make(2);
@@ -314,6 +351,12 @@ TEST(CpuModel, RejectsWeightsOfTheWrongShape) {
   TinyModel m;
   m.weights.layers[1].wo.n = 10;
   EXPECT_THROW(m.make(1), std::invalid_argument);
+  TinyModel moe(false, 4);
+  moe.weights.layers[0].expert_down[3].k = 64;
+  EXPECT_THROW(moe.make(1), std::invalid_argument);
+  TinyModel missing(false, 4);
+  missing.weights.layers[1].expert_gate_up.pop_back();
+  EXPECT_THROW(missing.make(1), std::invalid_argument);
 }
 
 TEST(CpuPaths, ScalarIsAlwaysThereAndTheBestIsSupported) {

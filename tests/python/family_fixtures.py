@@ -21,7 +21,7 @@ from moe_fixtures import (
     hf_experts,
 )
 from safetensors.torch import load_file, save_file
-from test_gguf import MERGES, SPECIALS, _permute, _vocab
+from test_gguf import MERGES, SPECIALS, _permute, _vocab, random_blocks
 
 from met.model.config import ModelConfig
 
@@ -137,6 +137,9 @@ def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> Non
     array = w.numpy().astype(np.float32)
     if qtype == Q.F32:
         writer.add_tensor(name, array)
+    elif qtype in (Q.Q4_K, Q.Q6_K):  # gguf cannot quantize to these: random valid blocks
+        blocks = random_blocks(math.prod(array.shape[:-1]), array.shape[-1], qtype, len(name))
+        writer.add_tensor(name, blocks.reshape(*array.shape[:-1], -1), raw_dtype=qtype)
     else:
         writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
 

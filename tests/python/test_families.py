@@ -73,9 +73,7 @@ def test_paged_forwards_match_the_dense_reference(tmp_path, family, kind):
             logits, atol = torch.cat(parts), TOL[kind] * want[seq].abs().max().item()
             torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
             assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
-    # The C++ forward does not run MoE layers yet.
-    cpp = kind == "q8_0" and not config.n_experts
-    assert names == (["torch", "cpp"] if cpp else ["torch"])
+    assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 
 @pytest.mark.parametrize("weight_format", ["gguf", "dequantized"])

@@ -1,6 +1,7 @@
 """met.model.moe on its own: the grouped MoE block against the reference's dense routing (both
-normalisations), the expert-parallel split summing back to the whole, and the errors for the
-MoE layouts met does not run."""
+normalisations), the expert-parallel split summing back to the whole; the C++ forward over
+Q4_1 and Q4_K experts against the torch forward; the errors for the MoE layouts met does not
+run."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import json
 
 import pytest
 import torch
-from family_fixtures import write_family_gguf, write_family_hf
-from model_fixtures import random_weights, tiny_config
+from family_fixtures import Q, write_family_gguf, write_family_hf
+from model_fixtures import PagedRunner, random_weights, tiny_config
 from moe_fixtures import add_experts
 
 from met.model.config import ModelLoadError
+from met.model.cpu_llama import CpuLlama
 from met.model.llama import LlamaModel
 from met.model.moe import MoeBlock, keep_experts
 from met.model.reference import moe_mlp
@@ -57,6 +59,26 @@ def test_expert_parallel_partials_sum_to_the_whole():
     torch.testing.assert_close(partials[0] + partials[1], whole, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="cannot split 8 experts over 3 ranks"):
         keep_experts(dict(weights), config.n_experts, 0, 3)
+
+
+# K-quants need rows of 256: a wider tiny model. Q4_K experts run as Q4_1 (met.kernels.requant).
+@pytest.mark.parametrize(
+    ("qtype", "shape"), [(Q.Q4_1, {}), (Q.Q4_K, {"hidden": 256, "ffn": 256, "head_dim": 64})]
+)
+def test_the_cpp_forward_runs_quantized_experts_like_the_torch_one(tmp_path, qtype, shape):
+    path = tmp_path / "moe.gguf"
+    write_family_gguf(path, "qwen3moe", qtype, **shape)
+    _, model, _ = load_model(path, device="cpu", weight_format="gguf")
+    experts = model.layers[0]["moe"].experts
+    assert {w.qtype for pair in experts.values() for w in pair} == {qtype.name.replace("K", "1")}
+    torch_runner = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
+    cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
+    cpp.model = CpuLlama(model, cpp.cache)
+    rows = [("a", list(range(3, 14))), ("b", [40, 41, 42])]
+    for step in (rows, [("a", [20]), ("b", [21])]):
+        for want, got in zip(torch_runner.step(step), cpp.step(step), strict=True):
+            # The same blocks and kernels; only float summation order differs (measured 1e-6).
+            torch.testing.assert_close(got, want, atol=1e-4 * want.abs().max().item(), rtol=0)
 
 
 def test_moe_layouts_met_does_not_run_are_one_clear_line(tmp_path):

@@ -16,6 +16,9 @@ from met import _core
 from met.kernels.cpu_quant import QuantLinear
 from met.model.gemma import is_gemma
 from met.model.llama import IntArray, LlamaModel, PagedKvCache
+from met.model.moe import MoeBlock
+
+_MLP_NAMES = ("w_gate_up", "w_down")
 
 
 def unsupported_reason(model: LlamaModel, max_len: int | None = None) -> str | None:
@@ -30,11 +33,18 @@ def unsupported_reason(model: LlamaModel, max_len: int | None = None) -> str | N
         return "the C++ forward runs float32 on the CPU"
     if model.reduce is not None:
         return "tensor parallelism runs the torch forward"
-    if model.config.n_experts:
-        return "the C++ forward does not run mixture-of-experts layers yet"
     linears = [model.lm_head] + [
-        layer[name] for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")
+        layer[name]
+        for layer in model.layers
+        for name in ("wqkv", "wo", *_MLP_NAMES)
+        if name in layer
     ]
+    for layer in model.layers:
+        moe: MoeBlock | None = layer.get("moe")
+        if moe is not None and len(moe.experts) != moe.n_experts:
+            return "expert parallelism runs the torch forward"
+        if moe is not None:
+            linears += [w for pair in moe.experts.values() for w in pair]
     if not all(isinstance(w, QuantLinear) for w in linears):
         return "some linear weights are not Q8_0/Q4_0/Q4_1 blocks"
     return None
@@ -98,6 +108,12 @@ class CpuLlama:
             "block_size": cache.block_size,
             "kv_half": cache.k.dtype == torch.float16,
         }
+        if c.n_experts:
+            dims |= {
+                "n_experts": c.n_experts,
+                "n_experts_used": c.n_experts_used,
+                "moe_norm_topk": c.moe_norm_topk,
+            }
         layers = [
             {
                 "attn_norm": _address(layer["attn_norm"]),
@@ -107,8 +123,7 @@ class CpuLlama:
                 "k_norm": _address(layer["k_norm"]),
                 "wo": _weight(layer["wo"]),
                 "mlp_norm": _address(layer["mlp_norm"]),
-                "w_gate_up": _weight(layer["w_gate_up"]),
-                "w_down": _weight(layer["w_down"]),
+                **_mlp_spec(layer),
             }
             for layer in model.layers
         ]
@@ -187,6 +202,19 @@ class CpuLlama:
         logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
         greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr())
         return logits, greedy
+
+
+def _mlp_spec(layer: dict) -> dict:
+    """A layer's MLP as the C++ forward takes it: dense gate/up and down, or the MoE router
+    (float32) and every expert's pair of weights in expert order."""
+    moe: MoeBlock | None = layer.get("moe")
+    if moe is None:
+        return {name: _weight(layer[name]) for name in _MLP_NAMES}
+    experts = [moe.experts[e] for e in range(moe.n_experts)]
+    return {
+        "router": _address(moe.router),
+        "experts": [(_weight(gate_up), _weight(down)) for gate_up, down in experts],
+    }
 
 
 def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:

@@ -1,0 +1,182 @@
+// The CPU model's mixture-of-experts MLP (LlamaForward::moe_block, see llama_forward.h).
+//
+// A step routes every token (float32 router, softmax, top k, optional renormalisation), sorts
+// the n_tokens * k (token, expert) pairs by expert with a counting sort that keeps token order,
+// gathers the pairs' normalized rows in that order and quantizes them once, then runs each
+// expert's gate/up and down matmuls over its contiguous run of rows. Every token then sums its k
+// outputs, weighted, in its own top-k order: a token's result never depends on which other
+// tokens share its experts, so the forward's batch invariance holds.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/llama_forward.h"
+#include "cpu/ops.h"
+#include "cpu/quant_matmul_internal.h"
+
+namespace met::cpu {
+
+namespace {
+
+// Router logit: a float32 dot product with 8 independent partial sums (a fixed order, so the
+// same on every path and thread count, and one the compiler can vectorize).
+float dot(const float* a, const float* b, int64_t n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) part[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) part[0] += a[i] * b[i];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// The acts of rows [first, ...) of a k-wide quantized batch (rows are k / 32 blocks apart).
+detail::QuantActs acts_from(const detail::QuantActs& acts, int64_t first, int64_t k) {
+  const int64_t blocks = first * (k / kBlock);
+  return detail::QuantActs{acts.qs + first * k, acts.scale + blocks, acts.scaled_sum + blocks};
+}
+
+}  // namespace
+
+void LlamaForward::check_experts(const LayerWeights& l) const {
+  const LlamaDims& d = dims_;
+  auto fail = [](const std::string& what) { throw std::invalid_argument("LlamaForward: " + what); };
+  if (l.router == nullptr) fail("a mixture-of-experts layer needs its router");
+  if (static_cast<int64_t>(l.expert_gate_up.size()) != d.n_experts ||
+      static_cast<int64_t>(l.expert_down.size()) != d.n_experts) {
+    fail("each MoE layer needs " + std::to_string(d.n_experts) + " experts");
+  }
+  for (int64_t e = 0; e < d.n_experts; ++e) {
+    const QuantWeight& gu = l.expert_gate_up[static_cast<size_t>(e)];
+    const QuantWeight& down = l.expert_down[static_cast<size_t>(e)];
+    if (gu.data == nullptr || gu.n != 2 * d.ffn || gu.k != d.dim || down.data == nullptr ||
+        down.n != d.dim || down.k != d.ffn) {
+      fail("expert " + std::to_string(e) + " must be gate/up [" + std::to_string(2 * d.ffn) + ", " +
+           std::to_string(d.dim) + "] and down [" + std::to_string(d.dim) + ", " +
+           std::to_string(d.ffn) + "] in GGUF blocks");
+    }
+  }
+}
+
+void LlamaForward::route_tokens(const LayerWeights& w, int64_t n_tokens) {
+  const LlamaDims& d = dims_;
+  const int64_t n_exp = d.n_experts, k = d.n_experts_used;
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* probs = router_logits_.data() + t * n_exp;
+    const float* h = h_.data() + t * d.dim;
+    float top = -INFINITY;
+    for (int64_t e = 0; e < n_exp; ++e) {
+      probs[e] = dot(h, w.router + e * d.dim, d.dim);
+      top = std::max(top, probs[e]);
+    }
+    float sum = 0.0f;
+    for (int64_t e = 0; e < n_exp; ++e) sum += (probs[e] = std::exp(probs[e] - top));
+    for (int64_t e = 0; e < n_exp; ++e) probs[e] /= sum;
+    // The k largest probabilities, the lower expert id first among equals.
+    int32_t* ids = pair_expert_.data() + t * k;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < n_exp; ++e) {
+        if (std::find(ids, ids + j, e) != ids + j) continue;
+        if (best < 0 || probs[e] > probs[best]) best = e;
+      }
+      ids[j] = best;
+    }
+    float picked = 0.0f;
+    for (int64_t j = 0; j < k; ++j) picked += probs[ids[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      pair_weight_[t * k + j] = d.moe_norm_topk ? probs[ids[j]] / picked : probs[ids[j]];
+    }
+  }
+}
+
+void LlamaForward::group_by_expert(int64_t n_tokens) {
+  // A counting sort by expert, stable in token order: each expert's rows are contiguous.
+  const int64_t n_exp = dims_.n_experts, n_pairs = n_tokens * dims_.n_experts_used;
+  std::fill(expert_start_.begin(), expert_start_.end(), 0);
+  for (int64_t p = 0; p < n_pairs; ++p) ++expert_start_[pair_expert_[p] + 1];
+  std::partial_sum(expert_start_.begin(), expert_start_.begin() + n_exp + 1, expert_start_.begin());
+  std::vector<int64_t>& next = expert_next_;
+  next.assign(expert_start_.begin(), expert_start_.begin() + n_exp);
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    const int64_t row = next[pair_expert_[p]]++;
+    pair_row_[p] = static_cast<int32_t>(row);
+    row_token_[row] = static_cast<int32_t>(p / dims_.n_experts_used);
+  }
+}
+
+void LlamaForward::moe_block(const LayerWeights& w, int64_t n_tokens) {
+  const LlamaDims& d = dims_;
+  const int64_t k = d.n_experts_used, n_pairs = n_tokens * k;
+  const detail::QuantActs acts = quant_acts();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) residual_norm_row(t, w.mlp_norm, true, acts);
+  barrier_.wait();
+  route_tokens(w, n_tokens);
+  barrier_.wait();
+#ifdef _OPENMP
+#pragma omp single nowait
+#endif
+  group_by_expert(n_tokens);
+  barrier_.wait();
+  // The pairs' rows in expert order, quantized once for every expert's gate/up matmul.
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t r = 0; r < n_pairs; ++r) {
+    float* row = expert_out_.data() + r * d.dim;
+    std::memcpy(row, h_.data() + row_token_[r] * d.dim, sizeof(float) * d.dim);
+    quantize_act_row(expert_out_.data(), d.dim, r, acts, isa_);
+  }
+  barrier_.wait();
+  // Each expert's matmul shares out its columns; consecutive experts need no barrier between
+  // them (disjoint outputs, inputs complete).
+  for (int64_t e = 0; e < d.n_experts; ++e) {
+    const int64_t first = expert_start_[e], rows = expert_start_[e + 1] - first;
+    if (rows == 0) continue;
+    const QuantWeight& gu = w.expert_gate_up[static_cast<size_t>(e)];
+    matmul_acts_team(acts_from(acts, first, d.dim), gu.data, gate_up_.data() + first * 2 * d.ffn,
+                     rows, 2 * d.ffn, d.dim, gu.q, isa_);
+  }
+  barrier_.wait();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t r = 0; r < n_pairs; ++r) {
+    const float* gate = gate_up_.data() + r * 2 * d.ffn;
+    silu_mul_row(gate, gate + d.ffn, act_.data() + r * d.ffn, d.ffn);
+    quantize_act_row(act_.data(), d.ffn, r, acts, isa_);
+  }
+  barrier_.wait();
+  for (int64_t e = 0; e < d.n_experts; ++e) {
+    const int64_t first = expert_start_[e], rows = expert_start_[e + 1] - first;
+    if (rows == 0) continue;
+    const QuantWeight& down = w.expert_down[static_cast<size_t>(e)];
+    matmul_acts_team(acts_from(acts, first, d.ffn), down.data, expert_out_.data() + first * d.dim,
+                     rows, d.dim, d.ffn, down.q, isa_);
+  }
+  barrier_.wait();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* out = delta_.data() + t * d.dim;
+    std::fill(out, out + d.dim, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float weight = pair_weight_[t * k + j];
+      const float* y = expert_out_.data() + static_cast<int64_t>(pair_row_[t * k + j]) * d.dim;
+      for (int64_t i = 0; i < d.dim; ++i) out[i] += weight * y[i];
+    }
+  }
+  barrier_.wait();
+}
+
+}  // namespace met::cpu
