@@ -270,6 +270,9 @@ def main() -> None:
     )
     parser.add_argument("--long-runs", type=int, default=1, help="runs of each long prefill")
     parser.add_argument("--json", metavar="FILE", default=None)
+    parser.add_argument(
+        "--variants", nargs="+", choices=list(MET_VARIANTS), default=list(MET_VARIANTS)
+    )
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)  # the child
     args = parser.parse_args()
     model = str(resolve_model(args.model))
@@ -279,7 +282,8 @@ def main() -> None:
     print(f"model {model}; tokens/s, median ±spread (max - min) of {args.runs} runs")
     print(f"met CPU kernel path: {_core.cpu.cpu_path()} (matmul {_core.cpu.best_isa()})")
     results: dict[str, dict | None] = {}
-    for name, options in MET_VARIANTS.items():
+    for name in args.variants:
+        options = MET_VARIANTS[name]
         extra = (long, args.long_runs) if name == RATIO_ROW else ()
         results[name] = _met_figures(model, options, args.runs, *extra)
         print(f"{name}: {json.dumps(results[name])}", flush=True)
@@ -288,7 +292,7 @@ def main() -> None:
     if "error" in peer:
         print(f"llama.cpp: {peer['error']}")
     keys = _keys(long)
-    ratios = _ratios(results[RATIO_ROW], results["llama.cpp"], keys)
+    ratios = _ratios(results.get(RATIO_ROW) or {}, results["llama.cpp"], keys)
     _print_table(results, ratios, keys)
     if args.json:
         with open(args.json, "w") as f:
