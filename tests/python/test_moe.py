@@ -19,6 +19,7 @@ from met.model.llama import LlamaModel
 from met.model.moe import MoeBlock, keep_experts
 from met.model.reference import moe_mlp
 from met.models import load_model
+from met.parallel.shard import shard_weights
 
 
 def _model(norm_topk: bool, n_experts: int = 8, top_k: int = 3):
@@ -45,7 +46,7 @@ def test_the_grouped_block_matches_dense_routing(norm_topk):
     torch.testing.assert_close(alone, got[[0, 5, 36]], atol=1e-6, rtol=1e-6)
 
 
-def test_expert_parallel_partials_sum_to_the_whole():
+def test_expert_and_tensor_parallel_partials_sum_to_the_whole():
     config, weights = _model(True)
     h = torch.randn(19, config.hidden, generator=torch.Generator().manual_seed(1))
     whole = _block(config, weights)(h)
@@ -59,6 +60,13 @@ def test_expert_parallel_partials_sum_to_the_whole():
     torch.testing.assert_close(partials[0] + partials[1], whole, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="cannot split 8 experts over 3 ranks"):
         keep_experts(dict(weights), config.n_experts, 0, 3)
+    # Tensor parallel instead: every rank holds every expert's slice of the expert width.
+    sliced = []
+    for rank in range(2):
+        local, mine = shard_weights(config, dict(weights), rank, 2)
+        assert mine["layers.0.experts.5.w_down"].shape == (config.hidden, config.ffn // 2)
+        sliced.append(_block(local, mine)(h))
+    torch.testing.assert_close(sliced[0] + sliced[1], whole, atol=1e-5, rtol=1e-5)
 
 
 # K-quants need rows of 256: a wider tiny model. Q4_K experts run as Q4_1 (met.kernels.requant).
