@@ -27,11 +27,12 @@ cpu::QType parse_qtype(const std::string& name) {
 namespace {
 
 cpu::Isa parse_isa(const std::string& name) {
-  for (const cpu::Isa isa :
-       {cpu::Isa::kAuto, cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
+  for (const cpu::Isa isa : {cpu::Isa::kAuto, cpu::Isa::kScalar, cpu::Isa::kAvx2,
+                             cpu::Isa::kAvx512Vnni, cpu::Isa::kAmxInt8, cpu::Isa::kAmxEmulated}) {
     if (name == cpu::isa_name(isa)) return isa;
   }
-  throw py::value_error("isa must be auto, scalar, avx2 or avx512vnni, not " + name);
+  throw py::value_error(
+      "isa must be auto, scalar, avx2, avx512vnni, amx-int8 or amx-emulated, not " + name);
 }
 
 }  // namespace
@@ -41,6 +42,15 @@ void bind_cpu_kernels(py::module_& m) {
   cpu.def(
       "best_isa", [] { return std::string(cpu::isa_name(cpu::best_isa())); },
       "the matmul kernel quant_matmul takes on the active path");
+  cpu.def(
+      "matmul_kernel", [] { return cpu::isa_description(cpu::best_isa()); },
+      "what the active path's matmul runs, e.g. 'amx-int8 tiles for M>=16, avx512vnni below'");
+  cpu.def("set_amx_emulation", &cpu::set_amx_emulation, py::arg("on"),
+          "testing hook: the amx path's tile kernels on scalar-emulated tiles (a CPU with AVX-512 "
+          "VNNI but no AMX then supports the amx path); forwards read it when built");
+  cpu.def("amx_min_rows", &cpu::amx_min_rows, "rows from which the amx path takes tiles");
+  cpu.def("set_amx_min_rows", &cpu::set_amx_min_rows, py::arg("rows"),
+          "testing hook: tests take tiles from 1 row so small forwards run on them");
   cpu.def(
       "cpu_path", [] { return std::string(cpu::path_name(cpu::active_path())); },
       "the kernel path in use: MET_CPU_ISA, else the fastest this CPU runs, unless set_cpu_path "

@@ -60,6 +60,7 @@ CpuFeatures detect() {
 std::string lacks(const char* feature) { return std::string("this CPU lacks ") + feature; }
 
 std::atomic<int> g_active{-1};  // -1: not chosen yet
+std::atomic<bool> g_amx_emulation{false};
 
 }  // namespace
 
@@ -96,8 +97,15 @@ std::string path_unsupported_reason(CpuPath path) {
     case CpuPath::kScalar:
       return "";
     case CpuPath::kAmx:
-      if (!f.amx_tile || !f.amx_int8) return lacks("amx_tile/amx_int8");
-      if (!f.amx_permitted) return "the kernel refused AMX tile data (arch_prctl XTILEDATA)";
+      if (amx_emulation()) {
+        if (!f.avx512vnni || !f.avx512vl || !f.avx512bw) {
+          return lacks("avx512vnni/avx512vl/avx512bw (for emulated AMX tiles)");
+        }
+      } else if (!f.amx_tile || !f.amx_int8) {
+        return lacks("amx_tile/amx_int8");
+      } else if (!f.amx_permitted) {
+        return "the kernel refused AMX tile data (arch_prctl XTILEDATA)";
+      }
       [[fallthrough]];
     case CpuPath::kAvx512:
       if (!f.avx512f) return lacks("avx512f");
@@ -138,6 +146,10 @@ CpuPath active_path() {
   g_active.compare_exchange_strong(current, static_cast<int>(chosen), std::memory_order_acq_rel);
   return static_cast<CpuPath>(g_active.load(std::memory_order_acquire));
 }
+
+void set_amx_emulation(bool on) { g_amx_emulation.store(on, std::memory_order_release); }
+
+bool amx_emulation() { return g_amx_emulation.load(std::memory_order_acquire); }
 
 void set_active_path(CpuPath path) {
   const std::string why = path_unsupported_reason(path);

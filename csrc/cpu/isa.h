@@ -36,6 +36,13 @@ CpuPath active_path();
 // Throws std::runtime_error when the CPU cannot run `path`.
 void set_active_path(CpuPath path);
 
+// Testing hook: while on, the amx path runs its tile kernels on a scalar emulation of the tile
+// instructions (quant_matmul_amx_emulated.cpp) and is supported wherever AVX-512 VNNI is, so a
+// CPU without AMX tests the amx path's packing, blocking and epilogue. Off unless a test sets it;
+// forwards built while it is on keep it.
+void set_amx_emulation(bool on);
+bool amx_emulation();
+
 // The individual CPU features behind the paths (cpuid, plus the OS's consent for AMX).
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;

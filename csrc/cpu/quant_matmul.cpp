@@ -1,6 +1,7 @@
 // Dispatch, threading and the portable scalar path of quant_matmul (see quant_matmul.h).
 #include "quant_matmul.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -133,6 +134,15 @@ bool isa_supported(Isa isa) {
       return f.avx2 && f.fma && f.f16c;
     case Isa::kAvx512Vnni:
       return isa_supported(Isa::kAvx2) && f.avx512vl && f.avx512vnni;
+    case Isa::kAmxEmulated:
+      // The tiles' epilogue is AVX-512 code, and M below amx_min_rows takes the VNNI kernel.
+      return isa_supported(Isa::kAvx512Vnni) && f.avx512f && f.avx512bw;
+    case Isa::kAmxInt8:
+#ifdef MET_QMM_HAS_AMX
+      return isa_supported(Isa::kAmxEmulated) && f.amx_tile && f.amx_int8 && f.amx_permitted;
+#else
+      return false;  // built by a compiler without -mamx-int8
+#endif
 #else
     default:
       return false;
@@ -147,8 +157,11 @@ Isa isa_for(CpuPath path) {
       return Isa::kScalar;
     case CpuPath::kAvx2:
       return Isa::kAvx2;
-    case CpuPath::kAvx512:
     case CpuPath::kAmx:
+      if (amx_emulation() && isa_supported(Isa::kAmxEmulated)) return Isa::kAmxEmulated;
+      if (isa_supported(Isa::kAmxInt8)) return Isa::kAmxInt8;
+      [[fallthrough]];
+    case CpuPath::kAvx512:
       return isa_supported(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni : Isa::kAvx2;
   }
   return Isa::kScalar;
@@ -166,8 +179,30 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+    case Isa::kAmxInt8:
+      return "amx-int8";
+    case Isa::kAmxEmulated:
+      return "amx-emulated";
   }
   return "unknown";
+}
+
+std::string isa_description(Isa isa) {
+  if (isa != Isa::kAmxInt8 && isa != Isa::kAmxEmulated) return isa_name(isa);
+  const char* tiles =
+      isa == Isa::kAmxInt8 ? "amx-int8 tiles" : "amx-int8 tiles emulated in scalar code";
+  return std::string(tiles) + " for M>=" + std::to_string(amx_min_rows()) + ", " +
+         isa_name(Isa::kAvx512Vnni) + " below";
+}
+
+namespace {
+std::atomic<int64_t> g_amx_min_rows{kAmxMinRows};
+}  // namespace
+
+int64_t amx_min_rows() { return g_amx_min_rows.load(std::memory_order_relaxed); }
+
+void set_amx_min_rows(int64_t rows) {
+  g_amx_min_rows.store(rows < 1 ? 1 : rows, std::memory_order_relaxed);
 }
 
 namespace {
@@ -180,12 +215,20 @@ detail::QuantizeFn quantize_fn(Isa isa) {
   return detail::quantize_rows_scalar;
 }
 
-detail::MatmulFn matmul_fn(Isa isa) {
+// M picks between tiles and VNNI registers on the amx path: both give the same bits.
+detail::MatmulFn matmul_fn(Isa isa, int64_t m) {
 #if defined(__x86_64__) || defined(_M_X64)
+  const bool tiles = m >= amx_min_rows();
   if (isa == Isa::kAvx2) return detail::matmul_rows_avx2;
   if (isa == Isa::kAvx512Vnni) return detail::matmul_rows_avx512vnni;
+  if (isa == Isa::kAmxEmulated)
+    return tiles ? detail::matmul_rows_amx_emulated : detail::matmul_rows_avx512vnni;
+#ifdef MET_QMM_HAS_AMX
+  if (isa == Isa::kAmxInt8) return tiles ? detail::matmul_rows_amx : detail::matmul_rows_avx512vnni;
+#endif
 #endif
   (void)isa;
+  (void)m;
   return detail::matmul_rows_scalar;
 }
 
@@ -207,7 +250,7 @@ void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::Quan
 
 void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
                       int64_t n, int64_t k, QType q, Isa isa) {
-  const detail::MatmulFn matmul = matmul_fn(isa);
+  const detail::MatmulFn matmul = matmul_fn(isa, m);
   const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait

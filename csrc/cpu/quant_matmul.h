@@ -1,16 +1,21 @@
 // Owns: y[M, N] = x[M, K] @ W[N, K]^T on the CPU with W kept in GGUF block layout (Q8_0, Q4_0,
-//   Q4_1), the dispatch between the scalar, AVX2 and AVX-512 VNNI paths, and the OpenMP threads.
+//   Q4_1), the dispatch between the scalar, AVX2, AVX-512 VNNI and AMX-INT8 paths, and the OpenMP
+//   threads.
 // Called by: csrc/bindings/cpu_kernels.cpp (python/met/kernels/cpu_quant.py's QuantLinear) and
 //   tests/cpp/test_quant_matmul.cc.
 // Invariants: K is a multiple of 32; each of W's N rows is K / 32 contiguous blocks, rows packed
 //   back to back (exactly a GGUF tensor's bytes); x and y are dense row-major fp32. Activations are
 //   quantized to int8 per 32-element block (scale max|x| / 127) before the integer dot products,
 //   so the result differs from a float dot product by about 1e-3 relative. Every path quantizes
-//   activations identically; paths differ only in float summation order.
+//   activations identically; paths differ only in float summation order, except that AVX2,
+//   AVX-512 VNNI and AMX-INT8 agree bit for bit (the same float operations in the same order on
+//   the same exact integer dots), so the amx path may switch kernels with M and stay batch
+//   invariant.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "half.h"
 #include "isa.h"
@@ -20,9 +25,25 @@ namespace met::cpu {
 enum class QType : int32_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2 };
 
 // kAuto takes the active CpuPath's kernel (isa.h: MET_CPU_ISA, else the best this CPU has).
-enum class Isa : int32_t { kAuto = 0, kScalar = 1, kAvx2 = 2, kAvx512Vnni = 3 };
+// kAmxInt8 takes tiles for M >= amx_min_rows() and the AVX-512 VNNI kernel below; kAmxEmulated
+// is the same with the tile instructions emulated in scalar code (tests, on CPUs without AMX).
+enum class Isa : int32_t {
+  kAuto = 0,
+  kScalar = 1,
+  kAvx2 = 2,
+  kAvx512Vnni = 3,
+  kAmxInt8 = 4,
+  kAmxEmulated = 5
+};
 
 constexpr int64_t kBlock = 32;
+
+// Rows from which the amx kernels take tiles: a 16-row tile is full from there, and below it the
+// VNNI kernel's registers win (tiles pay their packing once per 16 rows).
+constexpr int64_t kAmxMinRows = 16;
+int64_t amx_min_rows();
+// Testing hook: tests lower it to 1 so that every matmul of a small forward runs on tiles.
+void set_amx_min_rows(int64_t rows);
 
 // Bytes of one 32-element block: fp16 scale (+ fp16 min for Q4_1) and the quants.
 size_t block_bytes(QType q);
@@ -33,6 +54,8 @@ Isa isa_for(CpuPath path);
 Isa best_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
+// What `isa` runs, for `met doctor`: "avx512vnni", "amx-int8 tiles for M>=16, avx512vnni below".
+std::string isa_description(Isa isa);
 
 // One row of W back to fp32: the plain reading of the format, used as the tests' reference.
 void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k);

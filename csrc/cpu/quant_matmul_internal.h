@@ -1,7 +1,8 @@
 // Owns: the contract between quant_matmul.cpp (dispatch, threads, scalar path) and the per-ISA
 //   translation units, which are compiled with their own -m flags and so share no inline code
 //   with the rest of the build (only plain data and extern "C++" functions cross this header).
-// Called by: quant_matmul.cpp, quant_matmul_avx2.cpp, quant_matmul_avx512.cpp.
+// Called by: quant_matmul.cpp, quant_matmul_avx2.cpp, quant_matmul_avx512.cpp,
+//   quant_matmul_amx.cpp and quant_matmul_amx_emulated.cpp.
 // Invariants: QuantActs rows are K / 32 blocks; qs holds M * K int8, scale and scaled_sum hold
 //   M * K / 32 floats each; scaled_sum = scale * sum(qs of the block), which turns the Q4 formats'
 //   constant term (-8 * d or m) into one multiply per block.
@@ -38,6 +39,14 @@ void matmul_rows_avx2(const QuantActs& acts, const uint8_t* w, float* y, int64_t
                       int64_t k, QType q, int64_t n_begin, int64_t n_end);
 void matmul_rows_avx512vnni(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
                             int64_t k, QType q, int64_t n_begin, int64_t n_end);
+// Bit for bit matmul_rows_avx512vnni (quant_matmul_amx.inc); the emulated one runs the same code
+// on scalar tile arithmetic, for tests.
+void matmul_rows_amx_emulated(const QuantActs& acts, const uint8_t* w, float* y, int64_t m,
+                              int64_t n, int64_t k, QType q, int64_t n_begin, int64_t n_end);
+#ifdef MET_QMM_HAS_AMX
+void matmul_rows_amx(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
+                     int64_t k, QType q, int64_t n_begin, int64_t n_end);
+#endif
 #endif
 
 }  // namespace met::cpu::detail

@@ -1,5 +1,7 @@
 // quant_matmul against a float reference (dequantize_row, then a double-precision dot) and each
-// SIMD path against the scalar path, for Q8_0, Q4_0 and Q4_1 blocks built here byte by byte.
+// SIMD path against the scalar path, for Q8_0, Q4_0 and Q4_1 blocks built here byte by byte; the
+// AMX-INT8 kernel (emulated tiles on every AVX-512 VNNI CPU, the real ones where the CPU has
+// them) bit for bit against the VNNI kernel, and the tile emulation against the ISA's definition.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/amx_tiles.h"
 #include "cpu/quant_matmul.h"
 
 namespace met::cpu {
@@ -139,6 +142,125 @@ TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
                          ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1));
+
+// Every amx test takes tiles from the first row (min rows 1) and restores the default after.
+class AmxTiles : public ::testing::TestWithParam<QType> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(Isa::kAmxEmulated)) GTEST_SKIP() << "emulated AMX tiles need AVX-512 VNNI";
+    set_amx_min_rows(1);
+  }
+  void TearDown() override { set_amx_min_rows(kAmxMinRows); }
+};
+
+// y on `isa` for the rows [0, m) of x, two threads.
+std::vector<float> run(Isa isa, const std::vector<float>& x, const std::vector<uint8_t>& w, QType q,
+                       int64_t m, int64_t n, int64_t k) {
+  std::vector<float> y(m * n);
+  quant_matmul(x.data(), w.data(), y.data(), m, n, k, q, 2, isa);
+  return y;
+}
+
+TEST_P(AmxTiles, EmulatedTilesMatchTheVnniPathBitForBit) {
+  // M around the 16-row tile, N around the 2-column tile pair and the 16-column chunk, K of one,
+  // two, three and 41 blocks (odd last block, more than one VNNI table segment).
+  const QType q = GetParam();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t k : {32, 64, 96, 1312}) {
+    for (const int64_t n : {1, 2, 17, 37}) {
+      const auto w = random_weights(q, n, k, rng);
+      std::vector<float> x(40 * k);
+      for (auto& v : x) v = normal(rng);
+      for (const int64_t m : {1, 15, 16, 17, 40}) {
+        const auto vnni = run(Isa::kAvx512Vnni, x, w, q, m, n, k);
+        const auto tiles = run(Isa::kAmxEmulated, x, w, q, m, n, k);
+        ASSERT_EQ(std::memcmp(tiles.data(), vnni.data(), vnni.size() * sizeof(float)), 0)
+            << "m=" << m << " n=" << n << " k=" << k;
+        if (isa_supported(Isa::kAvx2)) {
+          const auto avx2 = run(Isa::kAvx2, x, w, q, m, n, k);
+          ASSERT_EQ(std::memcmp(avx2.data(), vnni.data(), vnni.size() * sizeof(float)), 0)
+              << "avx2 m=" << m << " n=" << n << " k=" << k;
+        }
+        // The scalar path sums the same exact integer dots in another float order.
+        const auto scalar = run(Isa::kScalar, x, w, q, m, n, k);
+        for (size_t i = 0; i < scalar.size(); ++i) {
+          ASSERT_NEAR(tiles[i], scalar[i], 1e-4f * (1.0f + std::fabs(scalar[i])))
+              << "m=" << m << " n=" << n << " k=" << k << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AmxTiles, RealTilesMatchTheEmulatedOnes) {
+  if (!isa_supported(Isa::kAmxInt8)) {
+    GTEST_SKIP() << "no AMX-INT8 here (cpuid amx_tile/amx_int8, tile permission or a compiler "
+                    "with -mamx-int8): the real tiles are not tested on this machine";
+  }
+  const QType q = GetParam();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 37, k = 1312;
+  const auto w = random_weights(q, n, k, rng);
+  std::vector<float> x(70 * k);
+  for (auto& v : x) v = normal(rng);
+  for (const int64_t m : {1, 16, 17, 70}) {
+    const auto emulated = run(Isa::kAmxEmulated, x, w, q, m, n, k);
+    const auto real = run(Isa::kAmxInt8, x, w, q, m, n, k);
+    ASSERT_EQ(std::memcmp(real.data(), emulated.data(), real.size() * sizeof(float)), 0) << m;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, AmxTiles,
+                         ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1));
+
+TEST(AmxTileEmulation, FollowsTheIsaDefinitions) {
+  // Partial shapes (7 rows, 40-byte A rows, 12-byte C rows), strided loads, int8 extremes.
+  detail::TileConfig config;
+  config.rows[0] = 7;
+  config.colsb[0] = 12;  // C: 7 x 3 int32
+  config.rows[1] = 7;
+  config.colsb[1] = 40;  // A: 7 x 40 int8 (10 dwords of K)
+  config.rows[2] = 10;
+  config.colsb[2] = 12;  // B: 10 dword rows x 3 columns x 4 bytes
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> byte(-128, 127);
+  std::vector<int8_t> a(7 * 48), b(10 * 16);
+  for (auto& v : a) v = static_cast<int8_t>(byte(rng));
+  for (auto& v : b) v = static_cast<int8_t>(byte(rng));
+  std::vector<int32_t> c(7 * 3, 5), want(7 * 3);
+  for (int m = 0; m < 7; ++m) {
+    for (int n = 0; n < 3; ++n) {
+      int32_t acc = 5;
+      for (int kk = 0; kk < 10; ++kk) {
+        for (int i = 0; i < 4; ++i) acc += a[m * 48 + 4 * kk + i] * b[kk * 16 + 4 * n + i];
+      }
+      want[m * 3 + n] = acc;
+    }
+  }
+  detail::EmulatedTiles tiles;
+  tiles.configure(config);
+  tiles.load(0, c.data(), 12);
+  tiles.load(1, a.data(), 48);
+  tiles.load(2, b.data(), 16);
+  tiles.dpbssd(0, 1, 2);
+  std::vector<int32_t> got(7 * 4, -1);  // stored with a 16-byte stride: the 4th column untouched
+  tiles.store(0, got.data(), 16);
+  for (int m = 0; m < 7; ++m) {
+    for (int n = 0; n < 3; ++n) EXPECT_EQ(got[m * 4 + n], want[m * 3 + n]) << m << "," << n;
+    EXPECT_EQ(got[m * 4 + 3], -1);
+  }
+  tiles.zero(0);
+  tiles.store(0, got.data(), 16);
+  EXPECT_EQ(got[0], 0);
+}
+
+TEST(AmxTileEmulation, TheAmxPathNamesItsKernels) {
+  EXPECT_EQ(isa_description(Isa::kAvx512Vnni), "avx512vnni");
+  EXPECT_EQ(isa_description(Isa::kAmxInt8), "amx-int8 tiles for M>=16, avx512vnni below");
+  EXPECT_STREQ(isa_name(Isa::kAmxEmulated), "amx-emulated");
+}
 
 TEST(QuantMatmulLayout, NibbleOrderAndConstants) {
   // Q4_0, one block: low nibble of byte i is element i, high nibble element i + 16; value (q-8)*d.

@@ -1,5 +1,5 @@
 """Shared fixtures: the default model file (pulled once if missing), free local ports, and the
-CPU kernel paths (scalar, avx2, avx512, amx) a test runs once on each."""
+CPU kernel paths (scalar, avx2, avx512, amx, and amx on emulated tiles) a test runs once on each."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-CPU_PATHS = ("scalar", "avx2", "avx512", "amx")
+CPU_PATHS = ("scalar", "avx2", "avx512", "amx", "amx-emulated")
 
 
 @pytest.fixture(scope="session")
@@ -33,15 +33,23 @@ def free_port() -> int:
 @pytest.fixture(params=CPU_PATHS)
 def cpu_path(request: pytest.FixtureRequest):
     """Runs the test on one kernel path (as MET_CPU_ISA would force it), skipped where this CPU
-    cannot take it, so a path the author's CPU never took is still covered on a CPU that does."""
+    cannot take it, so a path the author's CPU never took is still covered on a CPU that does.
+    On the amx paths every matmul takes tiles (from 1 row, not 16: the tests' batches are small);
+    "amx-emulated" runs the amx path's tile kernels on scalar-emulated tiles, so a CPU without
+    AMX still tests their packing, blocking and epilogue."""
     from met import _core
 
-    reason = _core.cpu.path_support()[request.param]
-    if reason:
-        pytest.skip(f"MET_CPU_ISA={request.param}: {reason}")
     before = _core.cpu.cpu_path()
-    _core.cpu.set_cpu_path(request.param)
+    path = "amx" if request.param == "amx-emulated" else request.param
+    _core.cpu.set_amx_emulation(request.param == "amx-emulated")
+    _core.cpu.set_amx_min_rows(1)
     try:
+        reason = _core.cpu.path_support()[path]
+        if reason:
+            pytest.skip(f"{request.param}: {reason}")
+        _core.cpu.set_cpu_path(path)
         yield request.param
     finally:
+        _core.cpu.set_amx_emulation(False)
+        _core.cpu.set_amx_min_rows(16)
         _core.cpu.set_cpu_path(before)

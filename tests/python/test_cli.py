@@ -104,7 +104,7 @@ def test_doctor_reports_each_check_as_ok_or_problem() -> None:
     core = next(line for line in checks if line.split()[1] == "met._core")
     assert f"CPU kernels: {_core.cpu.cpu_path()}" in core
     cpu = next(line for line in checks if line.split()[1:3] == ["cpu", "path"])
-    assert f"{_core.cpu.cpu_path()} path (matmul {_core.cpu.best_isa()})" in cpu
+    assert f"{_core.cpu.cpu_path()} path (matmul {_core.cpu.matmul_kernel()})" in cpu
 
 
 @pytest.mark.parametrize("path", ["scalar", "avx2", "avx512", "amx", "sse9"])

@@ -147,7 +147,8 @@ def test_an_fp16_pool_matches_the_torch_forward_over_an_fp16_pool() -> None:
     assert torch.equal(cpp_runner.cache.v, torch_runner.cache.v)
 
 
-def test_a_decode_row_is_bitwise_the_same_alone_and_batched() -> None:
+def _decode_rows_alone_and_batched() -> None:
+    """A decode row's logits alone and among other rows, after differently chunked prompts."""
     model = quant_model()
     alone = PagedRunner(model, num_blocks=64, block_size=4)
     alone.model = CpuLlama(model, alone.cache)
@@ -162,6 +163,22 @@ def test_a_decode_row_is_bitwise_the_same_alone_and_batched() -> None:
         (solo,) = alone.step([("a", [token])])
         _, mixed, _ = batched.step([("b", [token]), ("a", [token]), ("c", [7, 8, 9, 10, 11])])
         assert torch.equal(solo, mixed)
+
+
+def test_a_decode_row_is_bitwise_the_same_alone_and_batched() -> None:
+    _decode_rows_alone_and_batched()
+
+
+def test_a_row_is_bitwise_the_same_on_tiles_and_on_the_vnni_kernel(cpu_path: str) -> None:
+    # The amx path takes tiles from amx_min_rows rows and VNNI registers below: at 2, the lone
+    # decode row runs every matmul on VNNI and the batched steps run theirs on tiles.
+    if not cpu_path.startswith("amx"):
+        pytest.skip("only the amx path switches kernels with the number of rows")
+    _core.cpu.set_amx_min_rows(2)
+    try:
+        _decode_rows_alone_and_batched()
+    finally:
+        _core.cpu.set_amx_min_rows(1)
 
 
 def test_bad_rows_raise_value_error_and_the_model_keeps_working() -> None:

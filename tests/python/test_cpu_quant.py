@@ -13,7 +13,11 @@ from met.models import load_model
 TOLERANCE = 1e-2
 # Every test here runs once per kernel path this CPU supports (conftest.cpu_path).
 pytestmark = pytest.mark.usefixtures("cpu_path")
-ISAS = [isa for isa in ("scalar", "avx2", "avx512vnni") if _core.cpu.isa_supported(isa)]
+ISAS = [
+    isa
+    for isa in ("scalar", "avx2", "avx512vnni", "amx-emulated", "amx-int8")
+    if _core.cpu.isa_supported(isa)
+]
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -21,7 +25,7 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
-@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("m", [1, 3, 8, 20])
 def test_matches_dequantized_matmul(qtype: str, m: int) -> None:
     gen = torch.Generator().manual_seed(m)
     weight = torch.randn(45, 160, generator=gen) * 0.05
@@ -55,6 +59,21 @@ def test_rows_are_independent_of_the_batch() -> None:
     x = torch.randn(8, 128)
     together = layer(x)
     assert all(torch.equal(together[i], layer(x[i : i + 1])[0]) for i in range(8))
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_amx_tiles_give_the_vnni_kernels_bits(qtype: str) -> None:
+    # Exact integer dots and the same float epilogue: tiles (emulated here unless the CPU has
+    # AMX-INT8) and VNNI registers agree bit for bit, M not a multiple of 16, N odd, K 5 blocks.
+    tiled = [isa for isa in ("amx-emulated", "amx-int8") if _core.cpu.isa_supported(isa)]
+    if not tiled:
+        pytest.skip("the amx kernels need AVX-512 VNNI (emulated tiles) or AMX-INT8")
+    layer = QuantLinear.from_float(torch.randn(37, 160) * 0.05, qtype)
+    x = torch.randn(21, 160)
+    vnni = layer(x, isa="avx512vnni")
+    for isa in tiled:
+        assert _core.cpu.amx_min_rows() <= 21
+        assert torch.equal(layer(x, isa=isa), vnni), isa
 
 
 def test_concat_rows_and_fuse() -> None:

@@ -112,11 +112,13 @@ def _core() -> Check:
 
 
 def _cpu_path(core) -> str:
-    """The kernel path in use (MET_CPU_ISA, else the fastest this CPU runs) and its matmul."""
+    """The kernel path in use (MET_CPU_ISA, else the fastest this CPU runs), what its matmul
+    runs (on amx: tiles from 16 rows, VNNI below) and why any other path is not available here
+    (for amx also a kernel refusing tile data)."""
     path = core.cpu.cpu_path()
     support = core.cpu.path_support()
     unsupported = ", ".join(f"{name}: {why}" for name, why in support.items() if why)
-    detail = f"{path} path (matmul {core.cpu.best_isa()})"
+    detail = f"{path} path (matmul {core.cpu.matmul_kernel()})"
     return detail + (f"; not here: {unsupported}" if unsupported else "")
 
 
