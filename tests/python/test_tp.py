@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from model_fixtures import (
     byte_tokenizer_json,
     random_weights,
@@ -59,12 +60,24 @@ def test_worker_mirrors_the_trace_ep_words() -> None:
         mirror.on_word(word)
     mirror.on_tokens(PROMPTS[1])
     assert mirror.prompts == {3: PROMPTS[1]}
+    mirror.on_forward(torch.tensor(PROMPTS[1][:8]), torch.arange(8))  # the announced chunk
+    mirror.on_forward(torch.tensor([5]), torch.tensor([30]))  # any later forward: unchecked
     mirror.on_seq_word(3, EP_FREE)
     assert mirror.prompts == {} and not mirror.stopped
     with pytest.raises(ProtocolError, match="without a complete prefill announcement"):
         mirror.on_tokens([1, 2])
     mirror.on_seq_word(0, EP_SHUTDOWN)
     assert mirror.stopped
+
+
+def test_worker_refuses_a_forward_that_is_not_the_announced_chunk() -> None:
+    mirror = Mirror()
+    mirror.on_seq_word(2, EP_PREFILL)
+    for word in (4, 8, 21):
+        mirror.on_word(word)
+    mirror.on_tokens(PROMPTS[1])
+    with pytest.raises(ProtocolError, match="slot 2: the forward after .* tokens 8..11"):
+        mirror.on_forward(torch.tensor(PROMPTS[1][8:12]), torch.arange(4))  # positions 0..3
 
 
 def test_default_model_split_rules() -> None:

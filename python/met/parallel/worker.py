@@ -3,8 +3,10 @@
 A worker holds its own slice of every layer and a KV cache with only its KV heads, in the same
 block geometry as rank 0's. It owns no scheduler and no block manager: every forward arrives
 with the block tables and slots rank 0's block manager chose, so both caches fill identically.
-The EP words keep a mirror of which slot holds which prompt; a word out of order means the two
-sides disagree about the protocol, which is fatal rather than silently wrong.
+The EP words keep a mirror of which slot holds which prompt, and each announced prompt chunk is
+checked against the forward that follows it, which the scheduler runs as that chunk alone: a
+word out of order, or a forward that is not the announced chunk, means the two sides disagree
+about the protocol or the sequence, which is fatal rather than silently wrong.
 
 Run as `python -m met.parallel.worker` with torchrun's variables (rank 0 spawns it that way),
 or reached from `met serve` on a rank > 0 under torchrun.
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import torch
+from torch import Tensor
 
 from met.config import EngineConfig
 from met.engine.kv_budget import kv_dtype
@@ -49,6 +52,8 @@ class Mirror:
 
     prompts: dict[int, list[int]] = field(default_factory=dict)
     pending: _Announce | None = None
+    # The announced chunk (slot, start, tokens) the next forward must run.
+    chunk: tuple[int, int, list[int]] | None = None
     stopped: bool = False
 
     def on_seq_word(self, slot: int, cmd: int) -> None:
@@ -75,6 +80,21 @@ class Mirror:
                 f"not fit the {len(tokens)} prompt tokens sent"
             )
         self.prompts[announce.slot] = tokens
+        self.chunk = (announce.slot, start, tokens[start : start + length])
+
+    def on_forward(self, input_ids: Tensor, positions: Tensor) -> None:
+        """A forward's tokens; right after an announcement, they must be the announced chunk at
+        its positions (the scheduler runs an announced chunk as a forward of its own)."""
+        chunk, self.chunk = self.chunk, None
+        if chunk is None:
+            return
+        slot, start, tokens = chunk
+        at = list(range(start, start + len(tokens)))
+        if input_ids.tolist() != tokens or positions.tolist() != at:
+            raise ProtocolError(
+                f"slot {slot}: the forward after the announcement of prompt tokens "
+                f"{start}..{start + len(tokens) - 1} runs {input_ids.numel()} other tokens"
+            )
 
 
 def serve_forever(group: tp.Group, model: LlamaModel, cache: PagedKvCache) -> None:
@@ -83,7 +103,9 @@ def serve_forever(group: tp.Group, model: LlamaModel, cache: PagedKvCache) -> No
     while not mirror.stopped:
         (kind, a, b, _, _), payload = group.receive()
         if kind == Kind.FORWARD:
-            model.forward(cache, **protocol.unpack_forward(a, b, payload, model.device))
+            inputs = protocol.unpack_forward(a, b, payload, model.device)
+            mirror.on_forward(inputs["input_ids"], inputs["positions"])
+            model.forward(cache, **inputs)
         elif kind == Kind.SEQ_WORD:
             mirror.on_seq_word(a, b)
         elif kind == Kind.WORD:
