@@ -28,6 +28,9 @@ class EngineConfig:
     enable_prefix_cache: bool = True
     max_queue: int = 256
     tensor_parallel_size: int = 1  # ranks each holding 1/N of every layer (met.parallel)
+    # With tensor_parallel_size N > 1: a MoE's experts are split over the N ranks, E/N whole
+    # experts each, instead of 1/N of every expert (met.parallel.experts).
+    enable_expert_parallel: bool = False
     enforce_eager: bool = False  # GPU: no CUDA graphs, every decode step launched op by op
     # auto | float16 | bfloat16 | float32 (met.engine.kv_budget.kv_dtype): auto is float16 for
     # the C++ CPU forward (half the memory, as llama.cpp), the model's dtype otherwise.

@@ -41,8 +41,15 @@ def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
         ("--max-model-len", int),
         ("--kv-cache-blocks", int),
         ("--gpu-memory-utilization", float),
+        ("--tensor-parallel-size", int),
     ):
         parser.add_argument(flag, type=kind, help="as for met serve (with --model)")
+    parser.add_argument(
+        "--enable-expert-parallel",
+        action="store_true",
+        default=None,
+        help="as for met serve (with --model and --tensor-parallel-size: starts the ranks)",
+    )
     for flag, choices in (
         ("--kv-cache-dtype", KV_CACHE_DTYPES),
         ("--dtype", DTYPES),
@@ -165,17 +172,19 @@ def _capacity(args: argparse.Namespace) -> Check:
 
     sizing = ("max_num_seqs", "max_model_len", "kv_cache_blocks", "gpu_memory_utilization")
     choices = ("kv_cache_dtype", "dtype", "device", "weight_format")
-    values = {name: getattr(args, name) for name in (*sizing, *choices)}
+    split = ("tensor_parallel_size", "enable_expert_parallel")
+    values = {name: getattr(args, name) for name in (*sizing, *choices, *split)}
     config = EngineConfig(
         model=str(resolve_model_or_fail(args.model)),
         **{name: value for name, value in values.items() if value is not None},
     )
-    core = EngineCore(config)
+    core = EngineCore(config)  # with --tensor-parallel-size, the other ranks start and stop too
     try:
         plan = core.capacity
     finally:
         core.shutdown()
-    return Check("capacity", True, str(core.model_path), note=plan.describe())
+    note = plan.describe() if core.split is None else f"{core.split}. Each rank: {plan.describe()}"
+    return Check("capacity", True, str(core.model_path), note=note)
 
 
 def _memory() -> Check:

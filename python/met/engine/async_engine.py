@@ -113,6 +113,7 @@ class AsyncEngine:
             "max_num_seqs": self.config.max_num_seqs,
             "max_model_len": core.max_model_len,
             "tensor_parallel_size": self.config.tensor_parallel_size,
+            "enable_expert_parallel": self.config.enable_expert_parallel,
         }
 
     # --- requests (any thread with a running event loop) ---

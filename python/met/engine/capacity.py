@@ -21,6 +21,7 @@ from met.engine.kv_budget import (
 )
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
+from met.model.moe import MoeBlock
 
 # A typical request's prompt + output, for the second figure of the plan.
 _EXAMPLE_TOKENS = 1024
@@ -39,7 +40,12 @@ def weight_bytes(model) -> int:
     seen: dict[int, int] = {}
     weights = [model.embed, model.lm_head, model.norm]
     for layer in model.layers:
-        weights.extend(layer.values())
+        for value in layer.values():
+            if isinstance(value, MoeBlock):  # the router and the experts this rank holds
+                weights.append(value.router)
+                weights.extend(part for expert in value.experts.values() for part in expert)
+            else:
+                weights.append(value)
     for weight in weights:
         if isinstance(weight, QuantLinear):
             seen[id(weight)] = weight.blocks.numel()

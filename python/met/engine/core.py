@@ -25,6 +25,7 @@ from met.model.cpu_llama import cpu_forward_for
 from met.model.cpu_llama import unsupported_reason as cpu_unsupported_reason
 from met.model.cuda_llama import cuda_forward_for
 from met.models import load_model, resolve_model
+from met.parallel.experts import NEEDS_RANKS, ExpertSplitError, describe_split
 from met.sampling import SamplingParams
 
 # max_num_seqs when not set, by device type (config.py says why they differ).
@@ -57,7 +58,7 @@ class EngineCore:
             dtype=config.dtype,
             device=config.device,
             progress=progress,
-            shard=_rank0_shard(config.tensor_parallel_size),
+            shard=_rank0_shard(config.tensor_parallel_size, config.enable_expert_parallel),
             weight_format=config.weight_format,
         )
         if config.max_num_seqs is None:
@@ -87,6 +88,10 @@ class EngineCore:
             reuse_before_fresh=self.model.device.type == "cpu",
         )
         self._parallel = None
+        # How the model is split over the ranks, for the start-up log; None for one process.
+        self.split = describe_split(
+            self.model_config, config.tensor_parallel_size, config.enable_expert_parallel
+        )
         self.backend = self._make_backend(kv_cache, num_blocks)
         self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
         self._ids = itertools.count(1)
@@ -339,14 +344,16 @@ def _fast_forward(model, kv_cache, max_model_len: int, config: EngineConfig):
     return cpu_forward_for(model, kv_cache, max_model_len)
 
 
-def _rank0_shard(world: int):
+def _rank0_shard(world: int, expert_parallel: bool):
     if world < 1:
         raise ValueError(f"tensor_parallel_size: must be at least 1, got {world}")
+    if expert_parallel and world == 1:
+        raise ExpertSplitError(NEEDS_RANKS)
     if world == 1:
         return None
     from met.parallel.shard import shard_weights
 
-    return partial(shard_weights, rank=0, world=world)
+    return partial(shard_weights, rank=0, world=world, expert_parallel=expert_parallel)
 
 
 def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParams:

@@ -142,7 +142,9 @@ def _start(rank: int, world: int) -> tuple[tp.Group, LlamaModel, PagedKvCache]:
         setup["model_path"],
         dtype=config.dtype,
         device=group.device,
-        shard=partial(shard_weights, rank=rank, world=world),
+        shard=partial(
+            shard_weights, rank=rank, world=world, expert_parallel=config.enable_expert_parallel
+        ),
         weight_format=config.weight_format,
     )
     # Rank 0 runs the torch forward under tensor parallelism, and sized its pool the same way.

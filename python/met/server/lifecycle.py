@@ -66,6 +66,8 @@ class Lifecycle:
             engine.max_model_len,
             engine.capacity.describe(),
         )
+        if engine.core.split is not None:
+            log.info("%s", engine.core.split)
         log.debug("engine: %s", ", ".join(f"{k}={v}" for k, v in engine.info.items()))
         setup = self.state.chat_setup
         log.info(

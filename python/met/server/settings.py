@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from met.config import EngineConfig
+from met.parallel.experts import NEEDS_RANKS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -117,6 +118,12 @@ _OPTIONS = (
     ),
     _Option("max_queue", int, "waiting requests before answering 503", True, minimum=1),
     _Option("tensor_parallel_size", int, "ranks to split the model over", True, minimum=1),
+    _Option(
+        "enable_expert_parallel",
+        bool,
+        "with --tensor-parallel-size N: split a MoE's experts over the N ranks (E/N each)",
+        True,
+    ),
     _Option("enforce_eager", bool, "GPU: run decode op by op instead of CUDA graphs", True),
     _Option(
         "kv_cache_dtype",
@@ -196,6 +203,9 @@ def resolve_settings(namespace: argparse.Namespace, env: Mapping[str, str]) -> S
             _check(_BY_NAME[name], value)
             target = settings.engine if _BY_NAME[name].on_engine else settings
             setattr(target, name, value)
+    engine = settings.engine
+    if engine.enable_expert_parallel and engine.tensor_parallel_size < 2:
+        raise SettingsError(NEEDS_RANKS)
     return settings
 
 
