@@ -280,7 +280,7 @@ def main() -> None:
     if args.peer:
         return _peer_main(model, args.runs, long, args.long_runs)
     print(f"model {model}; tokens/s, median ±spread (max - min) of {args.runs} runs")
-    print(f"met CPU kernel path: {_core.cpu.cpu_path()} (matmul {_core.cpu.best_isa()})")
+    print(f"met CPU kernel path: {_core.cpu.cpu_path()} (matmul {_core.cpu.matmul_kernel()})")
     results: dict[str, dict | None] = {}
     for name in args.variants:
         options = MET_VARIANTS[name]
@@ -301,6 +301,7 @@ def main() -> None:
                     "model": model,
                     "runs": args.runs,
                     "cpu_path": _core.cpu.cpu_path(),
+                    "matmul_kernel": _core.cpu.matmul_kernel(),
                     "engines": results,
                     "peer_error": peer.get("error"),
                     "ratios": ratios,

@@ -1,9 +1,12 @@
 """QuantLinear (met._core.cpu) against torch fp32/bf16 matmul on the default model's shapes.
 
 Prints, per shape and batch M, the median time of each and the weight bytes streamed per
-second (the bound that matters for decode). Never asserts.
+second (the bound that matters for decode). Never asserts. The kernel path is MET_CPU_ISA's (else
+the best this CPU runs); the amx path takes tiles from M = 16, so compare it with avx512 at prefill
+sizes:
 
     PYTHONPATH=python python benchmarks/quant_matmul.py [--repeats 200] [--threads N]
+    MET_CPU_ISA=amx PYTHONPATH=python python benchmarks/quant_matmul.py --rows 1,8,16,64,512
 """
 
 from __future__ import annotations
@@ -50,9 +53,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--rows", default="1,8", help="comma-separated batch sizes M")
     args = parser.parse_args()
+    rows = [int(m) for m in args.rows.split(",")]
     torch.set_num_threads(args.threads)
-    print(f"threads {args.threads}, met path {_core.cpu.best_isa()}; median us (p10-p90 spread)")
+    path = f"{_core.cpu.cpu_path()} path, matmul {_core.cpu.matmul_kernel()}"
+    print(f"threads {args.threads}, {path}; median us (p10-p90 spread)")
     header = ("shape", "M", "kind", "us", "spread", "weight GB/s")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -66,7 +72,7 @@ def main() -> None:
         for qtype in ("Q8_0", "Q4_0", "Q4_1"):
             layer = QuantLinear.from_float(weight, qtype)
             candidates[f"met {qtype}"] = (layer, layer.nbytes)
-        for m in (1, 8):
+        for m in rows:
             x = torch.randn(m, k, generator=gen)
             for kind, (op, nbytes) in candidates.items():
                 fn = _runner(op, x)

@@ -16,6 +16,7 @@
 #include "cpu/isa.h"
 #include "cpu/llama_forward.h"
 #include "cpu/ops.h"
+#include "cpu/quant_matmul.h"
 
 namespace met::cpu {
 namespace {
@@ -207,26 +208,46 @@ std::vector<float> last_logits(const std::vector<float>& all, size_t row, int64_
 }
 
 // Each forward test runs once per kernel path (MET_CPU_ISA's values), skipped where the CPU
-// cannot take it; a LlamaForward fixes the path active when it is built.
-class CpuModelOnPath : public ::testing::TestWithParam<CpuPath> {
+// cannot take it, and once more on the amx path with its tiles emulated in scalar code (so a CPU
+// without AMX runs the amx kernels' packing, blocking and epilogue through whole forwards); a
+// LlamaForward fixes the path active when it is built. On the amx paths every matmul takes tiles
+// (from 1 row: these batches are small).
+struct PathCase {
+  CpuPath path;
+  bool emulated_tiles;
+};
+
+class CpuModelOnPath : public ::testing::TestWithParam<PathCase> {
  protected:
   void SetUp() override {
-    const std::string why = path_unsupported_reason(GetParam());
-    if (!why.empty()) GTEST_SKIP() << path_name(GetParam()) << ": " << why;
     before_ = active_path();
-    set_active_path(GetParam());
+    set_amx_emulation(GetParam().emulated_tiles);
+    set_amx_min_rows(1);
+    const std::string why = path_unsupported_reason(GetParam().path);
+    if (!why.empty()) GTEST_SKIP() << path_name(GetParam().path) << ": " << why;
+    set_active_path(GetParam().path);
   }
   void TearDown() override {
-    if (path_supported(GetParam())) set_active_path(before_);
+    set_amx_emulation(false);
+    set_amx_min_rows(kAmxMinRows);
+    set_active_path(before_);
   }
 
  private:
   CpuPath before_ = CpuPath::kScalar;
 };
 
-INSTANTIATE_TEST_SUITE_P(Paths, CpuModelOnPath, ::testing::ValuesIn(kAllPaths),
-                         [](const ::testing::TestParamInfo<CpuPath>& info) {
-                           return std::string(path_name(info.param));
+std::vector<PathCase> path_cases() {
+  std::vector<PathCase> cases;
+  for (const CpuPath path : kAllPaths) cases.push_back({path, false});
+  cases.push_back({CpuPath::kAmx, true});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CpuModelOnPath, ::testing::ValuesIn(path_cases()),
+                         [](const ::testing::TestParamInfo<PathCase>& info) {
+                           return std::string(path_name(info.param.path)) +
+                                  (info.param.emulated_tiles ? "_emulated_tiles" : "");
                          });
 
 TEST_P(CpuModelOnPath, PromptChunkingDoesNotChangeABit) {
@@ -377,6 +398,38 @@ TEST(CpuPaths, AForwardKeepsThePathItWasBuiltOn) {
   set_active_path(before);
   EXPECT_STREQ(f.path(), "scalar");
   EXPECT_STREQ(f.isa(), "scalar");
+}
+
+TEST(CpuPaths, TheAmxPathGivesTheAvx512PathsLogitsOnTilesOrNot) {
+  // The same integer dots and float epilogue on tiles (emulated here unless the CPU has AMX) as
+  // on VNNI registers, and the same attention and elementwise code: whole forwards agree bit for
+  // bit, whichever rows take tiles (all from 1 row, or only the prompt's from 4).
+  const CpuPath before = active_path();
+  if (!path_supported(CpuPath::kAvx512))
+    GTEST_SKIP() << "avx512: " << path_unsupported_reason(CpuPath::kAvx512);
+  set_amx_emulation(!path_supported(CpuPath::kAmx));  // real tiles where the CPU has them
+  if (!path_supported(CpuPath::kAmx)) {
+    set_amx_emulation(false);
+    GTEST_SKIP() << "amx: " << path_unsupported_reason(CpuPath::kAmx);
+  }
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  std::vector<std::vector<float>> logits;
+  for (const int64_t min_rows : {int64_t{0}, int64_t{1}, int64_t{4}}) {
+    set_active_path(min_rows == 0 ? CpuPath::kAvx512 : CpuPath::kAmx);
+    set_amx_min_rows(min_rows == 0 ? kAmxMinRows : min_rows);
+    TinyModel m;
+    LlamaForward f = m.make(2);
+    auto prompt = run(f, {{kPrompt, n, {1, 2, 3}}}, m.dims.vocab);
+    const auto decode = run(f, {{{7}, n + 1, {1, 2, 3}}}, m.dims.vocab);
+    prompt.insert(prompt.end(), decode.begin(), decode.end());
+    logits.push_back(prompt);
+    EXPECT_STREQ(f.isa(), min_rows == 0 ? "avx512vnni" : isa_name(isa_for(CpuPath::kAmx)));
+  }
+  set_amx_emulation(false);
+  set_amx_min_rows(kAmxMinRows);
+  set_active_path(before);
+  EXPECT_EQ(logits[1], logits[0]);
+  EXPECT_EQ(logits[2], logits[0]);
 }
 
 }  // namespace
