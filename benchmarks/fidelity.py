@@ -28,6 +28,8 @@ from met.sampling import SamplingParams
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 
 from family_fixtures import FAMILIES, write_family_gguf  # noqa: E402
+from gemma_fixtures import CONFIGS as GEMMA  # noqa: E402
+from gemma_fixtures import write_gemma_gguf  # noqa: E402
 from test_gguf import write_tiny_gguf  # noqa: E402
 
 CONTEXT = 256
@@ -39,6 +41,8 @@ def write_files(folder: Path, families: list[str]) -> dict[str, Path]:
         files[family] = folder / f"{family}.gguf"
         if family == "llama":
             write_tiny_gguf(files[family], tied=False)
+        elif family in GEMMA:  # sliding windows shorter than the continuations
+            write_gemma_gguf(files[family], family)
         else:
             write_family_gguf(files[family], family)
     return files
@@ -101,7 +105,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--json", metavar="FILE", default=None)
-    every = ["llama", *sorted(FAMILIES)]
+    every = ["llama", *sorted(FAMILIES), *sorted(GEMMA)]
     parser.add_argument("--families", nargs="+", choices=every, default=every)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="met-fidelity-") as tmp:

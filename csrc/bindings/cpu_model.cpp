@@ -44,6 +44,14 @@ cpu::LayerWeights parse_layer(const py::dict& d) {
   if (d.contains("k_norm")) l.k_norm = ptr<const float>(d["k_norm"].cast<uintptr_t>());
   l.wo = parse_weight(d["wo"]);
   l.mlp_norm = ptr<const float>(d["mlp_norm"].cast<uintptr_t>());
+  auto optional = [&d](const char* key) {
+    return d.contains(key) ? ptr<const float>(d[key].cast<uintptr_t>()) : nullptr;
+  };
+  l.post_attn_norm = optional("post_attn_norm");
+  l.post_mlp_norm = optional("post_mlp_norm");
+  l.rope_cos = optional("rope_cos");
+  l.rope_sin = optional("rope_sin");
+  if (d.contains("window")) l.window = d["window"].cast<int64_t>();
   if (d.contains("router")) {  // a MoE layer: [(gate_up, down)] per expert
     l.router = ptr<const float>(d["router"].cast<uintptr_t>());
     for (const py::handle expert : d["experts"].cast<py::list>()) {
@@ -77,6 +85,11 @@ cpu::LlamaDims parse_dims(const py::dict& d) {
     dims.n_experts_used = d["n_experts_used"].cast<int64_t>();
     dims.moe_norm_topk = d["moe_norm_topk"].cast<bool>();
   }
+  if (d.contains("attn_scale")) dims.attn_scale = d["attn_scale"].cast<float>();
+  if (d.contains("attn_softcap")) dims.attn_softcap = d["attn_softcap"].cast<float>();
+  if (d.contains("final_softcap")) dims.final_softcap = d["final_softcap"].cast<float>();
+  if (d.contains("embed_scale")) dims.embed_scale = d["embed_scale"].cast<float>();
+  dims.gelu = d.contains("gelu") && d["gelu"].cast<bool>();
   return dims;
 }
 

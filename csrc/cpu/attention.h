@@ -34,6 +34,9 @@ struct AttnShape {
   // (window counts the query's own key); 0 attends to the whole context. Blocks wholly before
   // every window of a row are never read, nor are their block_tables entries.
   int64_t window = 0;
+  // Gemma 2: scores (after `scale`) squashed to softcap * tanh(score / softcap) before the
+  // softmax; 0: none.
+  float softcap = 0.0f;
 };
 
 // q: [T, n_heads, head_dim] fp32 (T = cu_seqlens[n_rows]); k_cache, v_cache: ONE layer's pool,

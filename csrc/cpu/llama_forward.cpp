@@ -51,6 +51,7 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
           "experts used per token must be 1..n_experts");
   for (const LayerWeights& l : w_.layers) {
     require(l.attn_norm && l.mlp_norm, "null norm weight");
+    require(l.window >= 0, "a layer's window must be >= 0");
     check_weight(l.wqkv, qkv_width_, d.dim, "wqkv");
     check_weight(l.wo, d.dim, q_width, "wo");
     if (d.n_experts > 0) {
@@ -196,15 +197,19 @@ void LlamaForward::embed(const ForwardBatch& batch, int64_t n_tokens) {
     } else {
       std::memcpy(out, w_.embed_dense + batch.ids[t] * dim, sizeof(float) * dim);
     }
+    if (dims_.embed_scale != 1.0f) {
+      for (int64_t i = 0; i < dim; ++i) out[i] *= dims_.embed_scale;
+    }
   }
 }
 
 void LlamaForward::residual_norm_row(int64_t t, const float* norm, bool add_delta,
-                                     const detail::QuantActs& acts) {
+                                     const float* post_norm, const detail::QuantActs& acts) {
   const int64_t dim = dims_.dim;
   float* x = x_.data() + t * dim;
   if (add_delta) {
-    const float* delta = delta_.data() + t * dim;
+    float* delta = delta_.data() + t * dim;
+    if (post_norm != nullptr) rms_norm_row(delta, post_norm, delta, dim, dims_.norm_eps);
     for (int64_t i = 0; i < dim; ++i) x[i] += delta[i];
   }
   rms_norm_row(x, norm, h_.data() + t * dim, dim, dims_.norm_eps);
@@ -215,12 +220,14 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
                                    int64_t n_tokens) {
   const LlamaDims& d = dims_;
   const detail::QuantActs acts = quant_acts();
+  const float* post_mlp =
+      layer > 0 ? w_.layers[static_cast<size_t>(layer - 1)].post_mlp_norm : nullptr;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     // The previous layer's MLP output joins the residual stream here, fused with the norm.
-    residual_norm_row(t, w.attn_norm, layer > 0, acts);
+    residual_norm_row(t, w.attn_norm, layer > 0, post_mlp, acts);
   }
   barrier_.wait();
   matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, qkv_width_, d.dim, w.wqkv.q, isa_);
@@ -228,12 +235,15 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
   rope_and_store(w, layer, n_tokens);
   barrier_.wait();
 
-  const AttnShape shape{d.n_heads,
-                        d.n_kv_heads,
-                        d.head_dim,
-                        d.block_size,
-                        1.0f / std::sqrt(static_cast<float>(d.head_dim)),
-                        d.kv_half};
+  AttnShape shape{
+      d.n_heads,
+      d.n_kv_heads,
+      d.head_dim,
+      d.block_size,
+      d.attn_scale > 0.0f ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim)),
+      d.kv_half};
+  shape.window = w.window;
+  shape.softcap = d.attn_softcap;
   const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
   detail::paged_attention_with(attend_, q_.data(), kv_at(k_cache_, layer_offset),
                                kv_at(v_cache_, layer_offset), attn_.data(), batch.rows, shape);
@@ -273,8 +283,9 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
         rms_norm_row(head, w.k_norm, head, hd, d.norm_eps);
       }
     }
-    const float* cos = w_.rope_cos + static_cast<int64_t>(positions_[t]) * (hd / 2);
-    const float* sin = w_.rope_sin + static_cast<int64_t>(positions_[t]) * (hd / 2);
+    const int64_t row = static_cast<int64_t>(positions_[t]) * (hd / 2);
+    const float* cos = (w.rope_cos != nullptr ? w.rope_cos : w_.rope_cos) + row;
+    const float* sin = (w.rope_sin != nullptr ? w.rope_sin : w_.rope_sin) + row;
     for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)
       rope_rotate_half(qkv + h * hd, cos, sin, hd);
     std::memcpy(q_.data() + t * q_width, qkv, sizeof(float) * q_width);
@@ -304,7 +315,9 @@ void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-  for (int64_t t = 0; t < n_tokens; ++t) residual_norm_row(t, w.mlp_norm, true, acts);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    residual_norm_row(t, w.mlp_norm, true, w.post_attn_norm, acts);
+  }
   barrier_.wait();
   matmul_acts_team(acts, w.w_gate_up.data, gate_up_.data(), n_tokens, 2 * d.ffn, d.dim,
                    w.w_gate_up.q, isa_);
@@ -314,7 +327,11 @@ void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* gate = gate_up_.data() + t * 2 * d.ffn;
-    silu_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
+    if (d.gelu) {
+      gelu_tanh_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
+    } else {
+      silu_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
+    }
     quantize_act_row(act_.data(), d.ffn, t, acts, isa_);
   }
   barrier_.wait();
@@ -333,7 +350,14 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
     float* out = h_.data() + i * d.dim;
     const float* x = x_.data() + t * d.dim;
     const float* delta = delta_.data() + t * d.dim;
-    for (int64_t j = 0; j < d.dim; ++j) out[j] = x[j] + delta[j];
+    // Into `out`, never in place: a token may be asked for twice.
+    const float* post = w_.layers.back().post_mlp_norm;
+    if (post != nullptr) {
+      rms_norm_row(delta, post, out, d.dim, d.norm_eps);
+      for (int64_t j = 0; j < d.dim; ++j) out[j] += x[j];
+    } else {
+      for (int64_t j = 0; j < d.dim; ++j) out[j] = x[j] + delta[j];
+    }
     rms_norm_row(out, w_.norm, out, d.dim, d.norm_eps);
     quantize_act_row(h_.data(), d.dim, i, acts, isa_);
   }
@@ -345,7 +369,8 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t i = 0; i < batch.n_logits; ++i) {
-    const float* row = logits + i * d.vocab;
+    float* row = logits + i * d.vocab;
+    if (d.final_softcap > 0.0f) softcap_row(row, d.final_softcap, d.vocab);
     int64_t best = 0;
     for (int64_t v = 1; v < d.vocab; ++v) {
       const bool first_nan = row[v] != row[v] && row[best] == row[best];

@@ -1,7 +1,7 @@
-// Owns: one packed forward of a Llama-style decoder (Llama, Mistral, Qwen2/3; mixture-of-experts
-//   MLPs: Qwen3-MoE, Mixtral) on the CPU with the linear weights kept in GGUF blocks: the whole
-//   layer loop runs in C++ inside one OpenMP team, so a decode step costs no per-op trip through
-//   Python.
+// Owns: one packed forward of a decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3; mixture-of-
+//   experts MLPs: Qwen3-MoE, Mixtral) on the CPU with the linear weights kept in GGUF blocks: the
+//   whole layer loop runs in C++ inside one OpenMP team, so a decode step costs no per-op trip
+//   through Python.
 // Called by: csrc/bindings/cpu_forward.cpp (python/met/model/cpu_llama.py), tests/cpp.
 // Invariants: every stage is per token (RMSNorm, RoPE, SiLU, the activation quantization, the
 //   quantized matmul's rows, paged attention's per-query order), so a token's logits are bitwise
@@ -44,6 +44,16 @@ struct LayerWeights {
   const float* router = nullptr;
   std::vector<QuantWeight> expert_gate_up;
   std::vector<QuantWeight> expert_down;
+  // Gemma's norms of the attention and MLP outputs before they join the residual; null: none.
+  const float* post_attn_norm = nullptr;
+  const float* post_mlp_norm = nullptr;
+  // This layer's own RoPE tables [max_positions, head_dim / 2] (Gemma 3's sliding layers);
+  // null: the model's.
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+  // This layer's attention window (keys p - window + 1 .. p for a query at p); 0: the whole
+  // context.
+  int64_t window = 0;
 };
 
 struct LlamaDims {
@@ -64,6 +74,13 @@ struct LlamaDims {
   int64_t n_experts = 0;
   int64_t n_experts_used = 0;
   bool moe_norm_topk = true;
+  // Gemma: the attention score scale (0: 1 / sqrt(head_dim)), the final logits' tanh soft-cap
+  // (0: none), the embeddings' scale and GeLU(tanh) instead of SiLU in the gated MLP.
+  float attn_scale = 0.0f;
+  float attn_softcap = 0.0f;  // Gemma 2: tanh soft-cap of attention scores (0: none)
+  float final_softcap = 0.0f;
+  float embed_scale = 1.0f;
+  bool gelu = false;
 };
 
 struct LlamaWeights {
@@ -127,7 +144,8 @@ class LlamaForward {
   void check_experts(const LayerWeights& l) const;
   // Token t's residual row, after adding the last sublayer's output when add_delta, normalized
   // with `norm` into h_ and quantized there for the next matmul.
-  void residual_norm_row(int64_t t, const float* norm, bool add_delta,
+  // With post_norm, the sublayer's output is normalized by it before it joins (Gemma).
+  void residual_norm_row(int64_t t, const float* norm, bool add_delta, const float* post_norm,
                          const detail::QuantActs& acts);
   void rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens);
   // Element `offset` of a pool, in its element type.

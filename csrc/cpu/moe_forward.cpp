@@ -118,7 +118,9 @@ void LlamaForward::moe_block(const LayerWeights& w, int64_t n_tokens) {
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-  for (int64_t t = 0; t < n_tokens; ++t) residual_norm_row(t, w.mlp_norm, true, acts);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    residual_norm_row(t, w.mlp_norm, true, w.post_attn_norm, acts);
+  }
   barrier_.wait();
   route_tokens(w, n_tokens);
   barrier_.wait();

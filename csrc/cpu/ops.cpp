@@ -38,4 +38,16 @@ void silu_mul_row(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void gelu_tanh_mul_row(const float* gate, const float* up, float* out, int64_t n) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void softcap_row(float* x, float cap, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 }  // namespace met::cpu

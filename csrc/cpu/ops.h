@@ -20,4 +20,11 @@ void rope_rotate_half(float* v, const float* cos, const float* sin, int64_t head
 // out[i] = silu(gate[i]) * up[i]. out may alias gate.
 void silu_mul_row(const float* gate, const float* up, float* out, int64_t n);
 
+// out[i] = gelu(gate[i]) * up[i] with GeLU's tanh approximation (Gemma's MLP, PyTorch's
+// approximate="tanh"). out may alias gate.
+void gelu_tanh_mul_row(const float* gate, const float* up, float* out, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap) in place (Gemma's logit soft-capping).
+void softcap_row(float* x, float cap, int64_t n);
+
 }  // namespace met::cpu

@@ -125,7 +125,7 @@ Pool half_pool(const Pool& pool, Pool* rounded) {
 }
 
 // Sequence seq's query at `pos` against keys 0..pos (the last shape.window of them when set):
-// double scores, explicit softmax.
+// double scores (soft-capped when shape.softcap is set), explicit softmax.
 std::vector<double> reference(const Pool& pool, int seq, int64_t pos) {
   const AttnShape& s = pool.shape;
   const int64_t dim = s.head_dim, slot = s.n_kv_heads * dim, group = s.n_heads / s.n_kv_heads;
@@ -143,6 +143,7 @@ std::vector<double> reference(const Pool& pool, int seq, int64_t pos) {
       double dot = 0.0;
       for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * pool.k[at(p) + d];
       scores[p] = dot * s.scale;
+      if (s.softcap > 0.0f) scores[p] = s.softcap * std::tanh(scores[p] / s.softcap);
       max = std::max(max, scores[p]);
     }
     for (int64_t p = first; p <= pos; ++p) sum += std::exp(scores[p] - max);
@@ -360,6 +361,24 @@ TEST(PagedAttentionWindow, MatchesReferenceOnEveryPath) {
           SCOPED_TRACE(testing::Message() << "window " << window << " threads " << threads);
           expect_matches_reference(pool, batch, run(pool, batch, path.fn, threads), path.name);
         }
+      }
+    }
+  }
+}
+
+// Gemma 2's soft-capped scores, with and without a window: peaked queries (gain 4) push scores
+// well past the caps, where tanh flattens them.
+TEST(PagedAttentionSoftcap, MatchesReferenceOnEveryPath) {
+  const Pool full = make_pool(8, 4, 32, 16, {40, 70}, 4.0f, 11);
+  const std::vector<Row> batch = {{0, 39, 1}, {1, 10, 60}};
+  for (const float cap : {1.0f, 5.0f}) {
+    for (const int64_t window : {int64_t{0}, int64_t{9}}) {
+      Pool pool = full;
+      pool.shape.softcap = cap;
+      pool.shape.window = window;
+      for (const detail::AttnPath& path : detail::attention_paths()) {
+        SCOPED_TRACE(testing::Message() << "cap " << cap << " window " << window);
+        expect_matches_reference(pool, batch, run(pool, batch, path.fn, 2), path.name);
       }
     }
   }

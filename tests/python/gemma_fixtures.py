@@ -165,9 +165,11 @@ def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> Non
         writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
 
 
-def write_gemma_gguf(path: Path, family: str, qtype: Q = Q.Q8_0) -> tuple[dict, dict]:
+def write_gemma_gguf(
+    path: Path, family: str, qtype: Q = Q.Q8_0, **overrides: object
+) -> tuple[dict, dict]:
     """The HF model as llama.cpp's converter writes it (norms as 1 + w, in F32)."""
-    config = gemma_config(family)
+    config = gemma_config(family, **overrides)
     weights = gemma_weights(config)
     c = config
     w = gguf.GGUFWriter(str(path), family)
@@ -183,8 +185,9 @@ def write_gemma_gguf(path: Path, family: str, qtype: Q = Q.Q8_0) -> tuple[dict, 
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_sliding_window(c["sliding_window"])
     if family == "gemma2":
-        w.add_attn_logit_softcapping(c["attn_logit_softcapping"])
-        w.add_final_logit_softcapping(c["final_logit_softcapping"])
+        # Absent keys mean llama.cpp's defaults (50, 30); a cap of 0 switches it off.
+        w.add_attn_logit_softcapping(c["attn_logit_softcapping"] or 0.0)
+        w.add_final_logit_softcapping(c["final_logit_softcapping"] or 0.0)
     else:
         w.add_sliding_window_pattern(3)  # layers 0, 1 slide, 2 is global
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)

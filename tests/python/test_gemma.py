@@ -86,7 +86,7 @@ def test_paged_forwards_match_the_reference(tmp_path, family, kind):
             logits, atol = torch.cat(parts), TOL[kind] * want[seq].abs().max().item()
             torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
             assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
-    assert names[0] == "torch"
+    assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -120,6 +120,8 @@ def test_greedy_alone_batched_and_cached_past_the_window(tmp_path, family, weigh
     )
     try:
         assert llm.engine.max_model_len == 256  # not capped at the window
+        cpp = isinstance(llm.engine.backend.model, CpuLlama)
+        assert cpp == (weight_format == "gguf")
         greedy = met.SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
         shared = list(range(10, 10 + 3 * WINDOW))  # a prefix three windows long
         prompts = [shared + [70, 71], [30, 31, 32], shared + [80]]

@@ -102,6 +102,8 @@ def write_tiny_gguf(
     w.add_head_count_kv(config.n_kv_heads)
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.norm_eps)
+    if config.sliding_window:  # Mistral 7B v0.1-style (llama.cpp's converter never writes it)
+        w.add_sliding_window(config.sliding_window)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)

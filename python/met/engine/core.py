@@ -70,7 +70,7 @@ class EngineCore:
         cpp_forward = (
             self.model.device.type == "cpu"
             and config.tensor_parallel_size == 1
-            and cpu_unsupported_reason(self.model, self.max_model_len) is None
+            and cpu_unsupported_reason(self.model) is None
         )
         self.kv_dtype = kv_dtype(config.kv_cache_dtype, self.model.dtype, cpp_forward)
         self.capacity = plan_capacity(
@@ -341,7 +341,7 @@ def _fast_forward(model, kv_cache, max_model_len: int, config: EngineConfig):
         return cuda_forward_for(
             model, kv_cache, max_model_len, config.max_num_seqs, eager=config.enforce_eager
         )
-    return cpu_forward_for(model, kv_cache, max_model_len)
+    return cpu_forward_for(model, kv_cache)
 
 
 def _rank0_shard(world: int, expert_parallel: bool):

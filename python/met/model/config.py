@@ -89,8 +89,10 @@ class ModelConfig:
         return self.sliding_window
 
     def local_rope(self, layer: int) -> bool:
-        """Whether `layer` rotates with the sliding layers' own RoPE base."""
-        return self.rope_local_theta is not None and self.layer_window(layer) is not None
+        """Whether `layer` rotates with the sliding layers' own RoPE base (a sliding layer
+        does even where its window spans the whole context)."""
+        sliding = self.sliding_layers is None or self.sliding_layers[layer]
+        return self.rope_local_theta is not None and sliding
 
     def validate(self, source: str) -> None:
         """Reject shapes the forward cannot run, naming the file they came from."""

@@ -14,21 +14,14 @@ from torch import Tensor
 
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
-from met.model.gemma import is_gemma
 from met.model.llama import IntArray, LlamaModel, PagedKvCache
 from met.model.moe import MoeBlock
 
 _MLP_NAMES = ("w_gate_up", "w_down")
 
 
-def unsupported_reason(model: LlamaModel, max_len: int | None = None) -> str | None:
-    """Why `model` cannot run through the C++ CPU forward serving contexts up to `max_len`
-    (default: the model's), or None when it can."""
-    window = model.config.sliding_window
-    if window and (max_len or model.config.context_length) > window:
-        return "the C++ forward does not window attention yet (a context up to the window does)"
-    if is_gemma(model.config):
-        return "the C++ forward does not run Gemma yet"
+def unsupported_reason(model: LlamaModel) -> str | None:
+    """Why `model` cannot run through the C++ CPU forward, or None when it can."""
     if model.device.type != "cpu" or model.dtype != torch.float32:
         return "the C++ forward runs float32 on the CPU"
     if model.reduce is not None:
@@ -76,10 +69,8 @@ class CpuLlama:
     """LlamaModel's forward() contract, run by _core.cpu.LlamaForward over the same weights and
     KV pool (both stay owned by `model` and `cache`, which this object keeps alive)."""
 
-    def __init__(
-        self, model: LlamaModel, cache: PagedKvCache, n_threads: int = 0, max_len: int | None = None
-    ) -> None:
-        reason = unsupported_reason(model, max_len)
+    def __init__(self, model: LlamaModel, cache: PagedKvCache, n_threads: int = 0) -> None:
+        reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"CpuLlama: {reason}")
         self.model, self.cache = model, cache
@@ -91,9 +82,11 @@ class CpuLlama:
             if isinstance(embed, QuantLinear)
             else (_address(embed), "F32", c.vocab, c.hidden)
         )
-        # The RoPE tables are [positions, 1, head_dim / 2] views; the C++ side reads them dense.
-        self._cos = model.cos.reshape(model.cos.shape[0], -1).contiguous()
-        self._sin = model.sin.reshape(model.sin.shape[0], -1).contiguous()
+        self._cos, self._sin = _dense_table(model.cos), _dense_table(model.sin)
+        local = None  # Gemma 3's sliding layers' own tables
+        if model.local_cos is not None:
+            local = (_dense_table(model.local_cos), _dense_table(model.local_sin))
+        self._local = local
         dims = {
             "dim": c.hidden,
             "n_layers": c.n_layers,
@@ -107,6 +100,11 @@ class CpuLlama:
             "num_blocks": cache.num_blocks,
             "block_size": cache.block_size,
             "kv_half": cache.k.dtype == torch.float16,
+            "attn_scale": c.query_scale or 0.0,
+            "attn_softcap": c.attn_softcap or 0.0,
+            "final_softcap": c.final_softcap or 0.0,
+            "embed_scale": c.embed_scale,
+            "gelu": c.activation == "gelu_tanh",
         }
         if c.n_experts:
             dims |= {
@@ -124,8 +122,10 @@ class CpuLlama:
                 "wo": _weight(layer["wo"]),
                 "mlp_norm": _address(layer["mlp_norm"]),
                 **_mlp_spec(layer),
+                "window": c.layer_window(i) or 0,
+                **_gemma_layer(layer, local if c.local_rope(i) else None),
             }
-            for layer in model.layers
+            for i, layer in enumerate(model.layers)
         ]
         self._impl = _core.cpu.LlamaForward(
             dims,
@@ -217,14 +217,28 @@ def _mlp_spec(layer: dict) -> dict:
     }
 
 
+def _dense_table(table: Tensor) -> Tensor:
+    # The RoPE tables are [positions, 1, head_dim / 2] views; the C++ side reads them dense.
+    return table.reshape(table.shape[0], -1).contiguous()
+
+
+def _gemma_layer(layer: dict, rope: tuple[Tensor, Tensor] | None) -> dict[str, int]:
+    """A layer's optional parts: Gemma's post-sublayer norms and its own RoPE tables."""
+    out = {}
+    for name in ("post_attn_norm", "post_mlp_norm"):
+        if layer[name] is not None:
+            out[name] = _address(layer[name])
+    if rope is not None:
+        out["rope_cos"], out["rope_sin"] = _address(rope[0]), _address(rope[1])
+    return out
+
+
 def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
     return torch.as_tensor(values).to(device="cpu", dtype=dtype).contiguous()
 
 
-def cpu_forward_for(
-    model: LlamaModel, cache: PagedKvCache, max_len: int | None = None
-) -> LlamaModel | CpuLlama:
+def cpu_forward_for(model: LlamaModel, cache: PagedKvCache) -> LlamaModel | CpuLlama:
     """The forward the engine should run: the C++ one whenever the model and pool allow it."""
-    if unsupported_reason(model, max_len) or cache.k.dtype not in KV_DTYPES:
+    if unsupported_reason(model) or cache.k.dtype not in KV_DTYPES:
         return model
-    return CpuLlama(model, cache, max_len=max_len)
+    return CpuLlama(model, cache)
