@@ -166,6 +166,12 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
         n_experts_used=int(get("expert_used_count", 0)),
     )
 
+    # llama.cpp's gating functions: 1 softmax (Qwen3-MoE, Mixtral), 2 sigmoid (DeepSeek-V3).
+    gating = field_value(reader, f"{arch}.expert_gating_func")
+    if gating not in (None, 1):
+        raise ModelLoadError(
+            f"{path}: expert gating function {gating} is not supported (softmax routing only)"
+        )
     window = field_value(reader, f"{arch}.attention.sliding_window")
     if window and int(window) < config.context_length:
         config.sliding_window = int(window)

@@ -149,10 +149,12 @@ def write_family_gguf(
     family: str,
     qtype: Q = Q.Q8_0,
     extra: dict[str, torch.Tensor] | None = None,
+    metadata: dict[str, int] | None = None,
     **shape: int,
 ) -> tuple[ModelConfig, dict]:
     """The family's tiny model as llama.cpp's converter writes it: linear weights in `qtype`,
-    norms in F32, a byte-level BPE vocabulary with the chat tokens and template; `extra`
+    norms in F32, a byte-level BPE vocabulary with the chat tokens and template; `metadata`
+    keys added as uint32 values; `extra`
     tensors (F32) added as named."""
     spec = FAMILIES[family]
     tokens = _vocab()
@@ -176,6 +178,8 @@ def write_family_gguf(
     w.add_bos_token_id(0)
     w.add_eos_token_id(2)
     w.add_chat_template(spec["template"])
+    for key, value in (metadata or {}).items():
+        w.add_uint32(key, value)
     _store(w, "token_embd.weight", weights["embed"], qtype)
     if "lm_head" in weights:
         _store(w, "output.weight", weights["lm_head"], qtype)

@@ -97,6 +97,12 @@ def test_moe_layouts_met_does_not_run_are_one_clear_line(tmp_path):
     with pytest.raises(ModelLoadError) as err:
         load_model(path, device="cpu")
     assert "blk.0.ffn_gate_shexp.weight" in str(err.value) and "\n" not in str(err.value)
+    # Sigmoid routing (DeepSeek-V3's gating function) in a file that names it.
+    path = tmp_path / "sigmoid.gguf"
+    write_family_gguf(path, "qwen3moe", metadata={"qwen3moe.expert_gating_func": 2})
+    with pytest.raises(ModelLoadError) as err:
+        load_model(path, device="cpu")
+    assert "gating function 2" in str(err.value) and "\n" not in str(err.value)
     # Qwen3-MoE with dense MLP layers between the sparse ones.
     folder = tmp_path / "hf"
     write_family_hf(folder, "qwen3moe")
