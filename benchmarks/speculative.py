@@ -9,10 +9,13 @@ completing a 4-gram of the prompt), the median decode tokens/s per request (toke
 first over the time from the first token to the last), acceptance rate (accepted / drafted
 tokens) and mean accepted length (accepted draft tokens per row that carried a draft), the
 ratio of each speculative mode to plain, and greedy identity (share of requests whose tokens
-equal the plain run's). Never asserts.
+equal the plain run's). With `--llama-server BINARY` the same prompts (the same token ids) also
+run through llama-server on the same GGUF with its own n-gram speculation and without
+(benchmarks/_spec_llama.py), right after met's modes of each row, and each engine's own
+speculative / plain ratio stands side by side. Never asserts.
 
     PYTHONPATH=python python benchmarks/speculative.py [--prompts 20] [--max-tokens 128]
-        [--classes code_rename,story] [--json FILE]
+        [--classes code_rename,story] [--llama-server /path/to/llama-server] [--json FILE]
 
 The modes of one class run back to back, so the shared machine's drift hits them alike; still,
 on a loaded machine expect a few percent of noise in every ratio.
@@ -30,10 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _spec_llama import LlamaServer  # noqa: E402
 from _spec_workloads import CLASSES, copy_fraction, prompts  # noqa: E402
 
 from met.config import EngineConfig  # noqa: E402
 from met.engine.core import EngineCore  # noqa: E402
+from met.models import resolve_model  # noqa: E402
 from met.sampling import SamplingParams  # noqa: E402
 
 MODES = ("off", "ngram", "ngram-forced")
@@ -108,27 +113,63 @@ def _engine(model: str | None, mode: str, k: int) -> EngineCore:
     return EngineCore(config)
 
 
+def _peer(servers: dict[str, LlamaServer], batch, max_tokens: int, width: int) -> dict:
+    row = {}
+    for mode, server in servers.items():
+        _, since = server.mean_accepted(0)
+        start = time.perf_counter()
+        reqs = server.run(batch, max_tokens, width)
+        wall = time.perf_counter() - start
+        drafted = sum(r.drafted for r in reqs)
+        rates = [r for r in (q.decode_rate() for q in reqs) if r is not None]
+        row[mode] = {
+            "decode_tok_s": statistics.median(rates) if rates else 0.0,
+            "aggregate_tok_s": sum(len(q.tokens) for q in reqs) / wall,
+            "acceptance": sum(r.accepted for r in reqs) / drafted if drafted else 0.0,
+            "mean_accepted": server.mean_accepted(since)[0],
+            "tokens": [q.tokens for q in reqs],
+        }
+    plain, spec = row["none"], row["ngram-simple"]
+    spec["ratio"] = spec["decode_tok_s"] / plain["decode_tok_s"] if plain["decode_tok_s"] else 0
+    pairs = zip(plain["tokens"], spec["tokens"], strict=True)
+    spec["identity"] = sum(a == b for a, b in pairs) / len(batch)
+    return row
+
+
+def _met_row(engines: dict[str, EngineCore], batch, params, width: int, tag: str) -> dict:
+    row = {mode: _measure(engines[mode], batch, params, width, f"{tag}-{mode}") for mode in MODES}
+    plain = row["off"]
+    copies = [copy_fraction(p, t) for p, t in zip(batch, plain["tokens"], strict=True)]
+    row["copy_fraction"] = statistics.mean(copies)
+    for mode in MODES[1:]:
+        pairs = zip(plain["tokens"], row[mode]["tokens"], strict=True)
+        row[mode]["identity"] = sum(a == b for a, b in pairs) / len(batch)
+        row[mode]["ratio"] = row[mode]["decode_tok_s"] / plain["decode_tok_s"]
+    return row
+
+
 def run(args: argparse.Namespace) -> dict:
     engines = {mode: _engine(args.model, mode, args.k) for mode in MODES}
+    servers: dict[str, LlamaServer] = {}
+    if args.llama_server:
+        model = str(resolve_model(args.model))
+        for mode in ("none", "ngram-simple"):
+            servers[mode] = LlamaServer(args.llama_server, model, mode != "none", max(CONCURRENCY))
     tokenizer = engines["off"].tokenizer
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     results: dict = {}
-    for name in args.classes:
-        batch = [tokenizer.encode_chat(m) for m in prompts(name, args.prompts)]
-        for width in CONCURRENCY:
-            row = {
-                mode: _measure(engines[mode], batch, params, width, f"{name}-{mode}-{width}")
-                for mode in MODES
-            }
-            plain = row["off"]
-            copies = [copy_fraction(p, t) for p, t in zip(batch, plain["tokens"], strict=True)]
-            row["copy_fraction"] = statistics.mean(copies)
-            for mode in MODES[1:]:
-                pairs = zip(plain["tokens"], row[mode]["tokens"], strict=True)
-                row[mode]["identity"] = sum(a == b for a, b in pairs) / len(batch)
-                row[mode]["ratio"] = row[mode]["decode_tok_s"] / plain["decode_tok_s"]
-            results[f"{name} c={width}"] = row
-            _print_row(f"{name} c={width}", row)
+    try:
+        for name in args.classes:
+            batch = [tokenizer.encode_chat(m) for m in prompts(name, args.prompts)]
+            for width in CONCURRENCY:
+                row = _met_row(engines, batch, params, width, f"{name}-{width}")
+                if servers:
+                    row["llama"] = _peer(servers, batch, args.max_tokens, width)
+                results[f"{name} c={width}"] = row
+                _print_row(f"{name} c={width}", row)
+    finally:
+        for server in servers.values():
+            server.close()
     for mode in MODES:
         results.setdefault("gate", {})[mode] = {
             "switches": engines[mode].scheduler.spec_stats().gate_switches,
@@ -137,21 +178,32 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
-HEADER = (
-    "| class | copy | plain tok/s | ngram tok/s | ngram/plain | forced tok/s | forced/plain "
-    "| acceptance | mean acc. len | identity |\n|---|---|---|---|---|---|---|---|---|---|"
+_COLUMNS = (
+    "class | copy | plain tok/s | ngram tok/s | ngram/plain | forced/plain | acceptance "
+    "| mean acc. len | identity | llama plain tok/s | llama ngram tok/s | llama ngram/plain "
+    "| llama acceptance | llama mean acc. len"
 )
+HEADER = f"| {_COLUMNS} |\n|" + "---|" * (_COLUMNS.count("|") + 1)
 
 
 def _print_row(label: str, row: dict) -> None:
     g, f = row["ngram"], row["ngram-forced"]
-    print(
+    line = (
         f"| {label} | {row['copy_fraction']:.0%} | {row['off']['decode_tok_s']:.1f} "
-        f"| {g['decode_tok_s']:.1f} | {g['ratio']:.2f}x | {f['decode_tok_s']:.1f} "
-        f"| {f['ratio']:.2f}x | {f['acceptance']:.0%} | {f['mean_accepted']:.2f} "
-        f"| {min(g['identity'], f['identity']):.0%} |",
-        flush=True,
+        f"| {g['decode_tok_s']:.1f} | {g['ratio']:.2f}x | {f['ratio']:.2f}x "
+        f"| {f['acceptance']:.0%} | {f['mean_accepted']:.2f} "
+        f"| {min(g['identity'], f['identity']):.0%} |"
     )
+    peer = row.get("llama")
+    if peer:
+        p, s = peer["none"], peer["ngram-simple"]
+        line += (
+            f" {p['decode_tok_s']:.1f} | {s['decode_tok_s']:.1f} | {s['ratio']:.2f}x "
+            f"| {s['acceptance']:.0%} | {s['mean_accepted']:.2f} |"
+        )
+    else:
+        line += " | | | | |"
+    print(line, flush=True)
 
 
 def main() -> None:
@@ -161,6 +213,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("-k", type=int, default=4, help="--num-speculative-tokens")
     parser.add_argument("--classes", default=",".join(CLASSES), help="comma-separated")
+    parser.add_argument("--llama-server", default=None, help="llama-server binary (the peer)")
     parser.add_argument("--json", default=None, help="also write every figure here")
     args = parser.parse_args()
     args.classes = args.classes.split(",")
@@ -169,7 +222,7 @@ def main() -> None:
     print("gate:", json.dumps(results["gate"]))
     if args.json:
         for row in results.values():
-            for fig in row.values():
+            for fig in [*row.values(), *row.get("llama", {}).values()]:
                 if isinstance(fig, dict):
                     fig.pop("tokens", None)
         Path(args.json).write_text(json.dumps(results, indent=2))

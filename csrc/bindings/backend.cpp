@@ -132,6 +132,16 @@ class PyBackend : public Backend {
       throw;
     }
   }
+  void mixed_verify_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& ks,
+                          const std::vector<Sequence*>& seqs,
+                          const std::vector<PrefillSlice>& slices, int32_t stream) override {
+    try {
+      PYBIND11_OVERRIDE_PURE(void, Backend, mixed_verify_batch, tokens, ks, seqs, slices, stream);
+    } catch (py::error_already_set& e) {
+      if (e.matches(g_kv_exhausted)) throw KvExhausted();
+      throw;
+    }
+  }
   void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override {
     PYBIND11_OVERRIDE_PURE(void, Backend, commit_accepted_prefix, &seq, na, k);
   }

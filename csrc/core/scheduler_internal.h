@@ -54,6 +54,16 @@ class DecodeStrategy {
   // token(s) to Scheduler::accept_token, or preempt the row. `alone`: nothing but this step ran
   // on the device this tick (no prefill work), so the tick's wall time is the step's.
   virtual void step(Scheduler& sched, std::vector<Live*> rows, bool alone) = 0;
+  // The decode rows of a tick that continues chunked prefills are fused into that tick's
+  // forward: a draft per row (an empty one: a one-token row), or nothing at all for the plain
+  // mixed forward (the plain strategy always).
+  virtual Drafts fused_drafts(Scheduler& /*sched*/, const std::vector<Live*>& /*rows*/) {
+    return {};
+  }
+  // After the fused verify forward (mixed_verify_batch) of those drafts: the decode rows'
+  // positions are read back and accepted as a verify step's are.
+  virtual void fused_accept(Scheduler& /*sched*/, const std::vector<Live*>& /*rows*/,
+                            const Drafts& /*drafts*/) {}
   // A sequence finished its prefill and joins the decode rows with its first token.
   virtual void admit(Live& /*live*/) {}
   // The start of every tick, with its time (the end of the previous tick's work).

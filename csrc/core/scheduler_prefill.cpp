@@ -74,19 +74,15 @@ void Scheduler::batched_step() {
   std::vector<Live*> rows = decode_rows();
   std::vector<PrefillSlice> slices;
   for (auto& p : prefilling_) slices.push_back(next_slice(*p));
-  std::vector<Sequence*> seqs;
-  std::vector<int32_t> inputs;
-  for (Live* row : rows) {
-    seqs.push_back(&row->seq);
-    inputs.push_back(row->pending);
-  }
+  Drafts drafts;
+  int32_t n_decode = 0;
   if (rows.empty()) {
     backend_.prefill_batch_chunk(slices, prefill_stream_);
   } else {
-    backend_.mixed_forward_batch(seqs, inputs, slices, prefill_stream_);
+    drafts = decode_->fused_drafts(*this, rows);
+    n_decode = fused_forward(rows, slices, false, drafts);
   }
   sync_prefill_stream();
-  const auto n_decode = static_cast<int32_t>(rows.size());
   std::vector<SampledToken> firsts(slices.size());
   for (size_t i = 0; i < slices.size(); ++i) {
     prefilling_[i]->offset += slices[i].len;
@@ -94,8 +90,7 @@ void Scheduler::batched_step() {
       firsts[i] = first_token(*prefilling_[i], n_decode + static_cast<int32_t>(i));
   }
   if (!rows.empty()) {
-    const auto toks = read_back_direct(rows);
-    for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i], toks[i]);
+    read_fused(rows, drafts);
     did_mixed_step_ = true;
   }
   // Completed prefills join `active` last-first; harmless, decode re-sorts by slot.
@@ -113,23 +108,16 @@ void Scheduler::single_mixed_step() {
   std::vector<Live*> rows = decode_rows();
   Live& head = *prefilling_.front();
   const PrefillSlice slice = next_slice(head);
-  std::vector<Sequence*> seqs;
-  std::vector<int32_t> inputs;
-  for (Live* row : rows) {
-    seqs.push_back(&row->seq);
-    inputs.push_back(row->pending);
-  }
-  backend_.mixed_forward(seqs, inputs, slice, prefill_stream_);
+  Drafts drafts = decode_->fused_drafts(*this, rows);
+  const int32_t n_decode = fused_forward(rows, {slice}, true, drafts);
   head.offset += slice.len;
-  const auto n_decode = static_cast<int32_t>(rows.size());
   SampledToken first;
   if (slice.last) {
     sync_prefill_stream();
     first = first_token(head, n_decode);
   }
   sync_prefill_stream();
-  const auto toks = read_back_direct(rows);
-  for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i], toks[i]);
+  read_fused(rows, drafts);
   did_mixed_step_ = true;
   if (slice.last) {
     LivePtr done = std::move(prefilling_.front());
@@ -155,6 +143,49 @@ void Scheduler::head_chunk_step() {
   LivePtr done = std::move(prefilling_.front());
   prefilling_.erase(prefilling_.begin());
   promote(std::move(done), first);
+}
+
+// The forward of a tick that continues prefills, the decode rows fused in: with drafts a verify
+// forward, which falls back to the plain mixed forward (and drops the drafts) when its KV cannot
+// be reserved. Returns the logits rows the decode rows took (the first slice's row).
+int32_t Scheduler::fused_forward(const std::vector<Live*>& rows,
+                                 const std::vector<PrefillSlice>& slices, bool single,
+                                 Drafts& drafts) {
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> inputs;
+  for (Live* row : rows) {
+    seqs.push_back(&row->seq);
+    inputs.push_back(row->pending);
+  }
+  if (!drafts.empty()) {
+    std::vector<int32_t> tokens, ks;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      tokens.push_back(rows[i]->pending);
+      tokens.insert(tokens.end(), drafts[i].begin(), drafts[i].end());
+      ks.push_back(static_cast<int32_t>(drafts[i].size()));
+    }
+    try {
+      backend_.mixed_verify_batch(tokens, ks, seqs, slices, prefill_stream_);
+      return static_cast<int32_t>(tokens.size());
+    } catch (const KvExhausted&) {
+      drafts.clear();
+    }
+  }
+  if (single) {
+    backend_.mixed_forward(seqs, inputs, slices.front(), prefill_stream_);
+  } else {
+    backend_.mixed_forward_batch(seqs, inputs, slices, prefill_stream_);
+  }
+  return static_cast<int32_t>(rows.size());
+}
+
+void Scheduler::read_fused(const std::vector<Live*>& rows, const Drafts& drafts) {
+  if (!drafts.empty()) {
+    decode_->fused_accept(*this, rows, drafts);
+    return;
+  }
+  const auto toks = read_back_direct(rows);
+  for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i], toks[i]);
 }
 
 PrefillSlice Scheduler::next_slice(Live& live) {

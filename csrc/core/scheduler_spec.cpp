@@ -59,6 +59,35 @@ class SpecDecode : public DecodeStrategy {
     if (alone) pending_ = {true, bucket, mode, static_cast<int32_t>(delivered(rows) - before)};
   }
 
+  // A fused step drafts as the bucket's current mode says (probes run in plain decode steps
+  // only: a step sharing its tick with prefill work is never measured).
+  Drafts fused_drafts(Scheduler& sched, const std::vector<Live*>& rows) override {
+    const auto width = static_cast<int32_t>(rows.size());
+    const bool forced = cfg_.mode == SpecMode::NgramForced;
+    if (!forced && gate_.mode(SpecGate::bucket(width)) == GateMode::Plain) return {};
+    const int32_t k = forced ? cfg_.k : SpecGate::draft_len(width, cfg_.k);
+    Drafts drafts(rows.size());
+    if (k <= 0 || !propose(sched, rows, k, drafts)) return {};
+    return drafts;
+  }
+
+  void fused_accept(Scheduler& sched, const std::vector<Live*>& rows,
+                    const Drafts& drafts) override {
+    std::vector<int32_t> ks;
+    int32_t n = 0;
+    for (const auto& d : drafts) {
+      ks.push_back(static_cast<int32_t>(d.size()));
+      n += 1 + ks.back();
+    }
+    const Readback plan = sched.readback_plan(rows);
+    std::vector<int32_t> argmax;
+    if (plan == Readback::Argmax) argmax = sched.backend().argmax_batch(0, n, kDecodeStream);
+    const std::vector<SampledToken> picks = read(sched, rows, ks, plan, std::move(argmax));
+    ++stats_.verify_steps;
+    ++stats_.fused_verify_steps;
+    accept_all(sched, rows, drafts, picks);
+  }
+
   SpecStats stats() const override {
     SpecStats s = stats_;
     s.gate_switches = gate_.switches();
@@ -90,8 +119,7 @@ class SpecDecode : public DecodeStrategy {
     return std::max(0, std::min({k, l.remaining() - 1, sched.config().max_seq_len - used - 1}));
   }
 
-  bool propose(const Scheduler& sched, std::vector<Live*>& rows, int32_t k,
-               std::vector<std::vector<int32_t>>& drafts) {
+  bool propose(const Scheduler& sched, const std::vector<Live*>& rows, int32_t k, Drafts& drafts) {
     const auto t0 = std::chrono::steady_clock::now();
     bool any = false;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -131,12 +159,17 @@ class SpecDecode : public DecodeStrategy {
     }
     const std::vector<SampledToken> picks = read(sched, rows, ks, plan, std::move(argmax));
     ++stats_.verify_steps;
+    accept_all(sched, rows, drafts, picks);
+    return true;
+  }
+
+  void accept_all(Scheduler& sched, const std::vector<Live*>& rows, const Drafts& drafts,
+                  const std::vector<SampledToken>& picks) {
     size_t base = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       accept(sched, *rows[i], drafts[i], picks, base);
       base += 1 + drafts[i].size();
     }
-    return true;
   }
 
   static std::vector<SampledToken> read(Scheduler& sched, const std::vector<Live*>& rows,

@@ -352,21 +352,30 @@ void RecordingBackend::verify_row(Sequence& seq, const int32_t* tokens, int32_t 
   grow_blocks(seq);
 }
 
+std::string RecordingBackend::verify_text(const std::vector<int32_t>& tokens,
+                                          const std::vector<int32_t>& ks,
+                                          const std::vector<Sequence*>& seqs) const {
+  std::vector<std::string> before;
+  for (const Sequence* s : seqs) before.push_back(sid(*s));
+  return "tokens=" + int_list(tokens) + ", ks=" + int_list(ks) + ", seqs=" + quoted_list(before);
+}
+
+// Both kinds of verify forward count towards verify_exhaust_at.
+bool RecordingBackend::verify_exhausted(const std::string& text) {
+  const int32_t index = verify_calls_++;
+  const auto& ex = cfg_.verify_exhaust_at;
+  if (std::find(ex.begin(), ex.end(), index) == ex.end()) return false;
+  record(text + " -> ERR KV cache exhausted");
+  return true;
+}
+
 std::vector<int32_t> RecordingBackend::decode_verify_batched(const std::vector<int32_t>& tokens,
                                                              const std::vector<int32_t>& ks,
                                                              const std::vector<Sequence*>& seqs,
                                                              int32_t stream, bool argmax) {
-  std::vector<std::string> before;
-  for (const Sequence* s : seqs) before.push_back(sid(*s));
-  const std::string text = "decode_verify_batched(tokens=" + int_list(tokens) +
-                           ", ks=" + int_list(ks) + ", seqs=" + quoted_list(before) +
+  const std::string text = "decode_verify_batched(" + verify_text(tokens, ks, seqs) +
                            ", stream=" + std::to_string(stream) + ", woa=" + boolean(argmax) + ")";
-  const int32_t index = verify_calls_++;
-  const auto& ex = cfg_.verify_exhaust_at;
-  if (std::find(ex.begin(), ex.end(), index) != ex.end()) {
-    record(text + " -> ERR KV cache exhausted");
-    throw KvExhausted();
-  }
+  if (verify_exhausted(text)) throw KvExhausted();
   rows_.clear();
   host_rows_.clear();
   size_t off = 0;
@@ -376,6 +385,30 @@ std::vector<int32_t> RecordingBackend::decode_verify_batched(const std::vector<i
   }
   record(text + " -> " + int_list(argmax ? rows_ : std::vector<int32_t>{}));
   return argmax ? rows_ : std::vector<int32_t>{};
+}
+
+void RecordingBackend::mixed_verify_batch(const std::vector<int32_t>& tokens,
+                                          const std::vector<int32_t>& ks,
+                                          const std::vector<Sequence*>& seqs,
+                                          const std::vector<PrefillSlice>& slices, int32_t stream) {
+  // The verify sequences print as they were before the forward, the slices as after it (as
+  // decode_verify_batched and mixed_forward_batch print them).
+  const std::string head = "mixed_verify_batch(" + verify_text(tokens, ks, seqs);
+  const auto tail = [&] {
+    std::vector<std::string> texts;
+    for (const auto& s : slices) texts.push_back(slice_text(s));
+    return ", prefills=" + quoted_list(texts) + ", stream=" + std::to_string(stream) + ")";
+  };
+  if (verify_exhausted(head + tail())) throw KvExhausted();
+  rows_.clear();
+  host_rows_.clear();
+  size_t off = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    verify_row(*seqs[i], tokens.data() + off, 1 + ks[i]);
+    off += static_cast<size_t>(1 + ks[i]);
+  }
+  for (const auto& s : slices) rows_.push_back(chunk(*s.seq, *s.prompt, s.start, s.len));
+  record(head + tail());
 }
 
 void RecordingBackend::commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) {

@@ -36,7 +36,7 @@ struct FakeModelConfig {
   // scheduler never reclaims.
   int32_t reclaimable = 0;
   std::vector<int32_t> kv_exhaust_at;      // 0-based decode_batch call indexes that fail
-  std::vector<int32_t> verify_exhaust_at;  // 0-based decode_verify_batched call indexes that fail
+  std::vector<int32_t> verify_exhaust_at;  // 0-based verify forward indexes that fail (both kinds)
 };
 
 struct Script {
@@ -102,6 +102,9 @@ class RecordingBackend : public Backend {
                                              const std::vector<int32_t>& ks,
                                              const std::vector<Sequence*>& seqs, int32_t stream,
                                              bool argmax) override;
+  void mixed_verify_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& ks,
+                          const std::vector<Sequence*>& seqs,
+                          const std::vector<PrefillSlice>& slices, int32_t stream) override;
   void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override;
   void normalize_ssm_states(Sequence& seq, int32_t stream) override;
   void poll_innerq() override;
@@ -117,6 +120,9 @@ class RecordingBackend : public Backend {
   int32_t out_after(const Sequence& seq, int32_t pos) const;
   int32_t script_at(const Sequence& seq, int32_t pos) const;
   void verify_row(Sequence& seq, const int32_t* tokens, int32_t n);
+  std::string verify_text(const std::vector<int32_t>& tokens, const std::vector<int32_t>& ks,
+                          const std::vector<Sequence*>& seqs) const;
+  bool verify_exhausted(const std::string& text);
   int32_t take_slot();
   void release_slot(int64_t slot);
   void grow_blocks(Sequence& seq);

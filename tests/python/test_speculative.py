@@ -3,7 +3,8 @@ plain engine's token for token (default model through the C++ forward, a random 
 the torch forward), stops and limits land where they do without drafts, logprobs come from the
 row that produced each token, structured output drafts under its grammar (each draft position
 masked by the grammar advanced along the draft, rolled back over rejected ones) with the same
-tokens, and penalised requests run without drafts (and say so)."""
+tokens, verify rows fused with prefill chunks change nothing, and penalised requests run without
+drafts (and say so)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,29 @@ def test_seeded_sampling_and_logprobs_are_unchanged(engines) -> None:
 )
 def test_limits_and_stops_end_where_they_do_without_drafts(engines, params) -> None:
     _same(_run(engines["off"], COPY[:1], params), _run(engines["ngram-forced"], COPY[:1], params))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=24),
+        SamplingParams(temperature=0.7, seed=5, max_tokens=24, logprobs=1),
+    ],
+    ids=["greedy", "seeded"],
+)
+def test_verify_rows_fused_with_prefill_chunks_change_nothing(engines, params) -> None:
+    # The short request decodes (drafting "the quick brown fox") while the long one's prompt is
+    # still prefilled in 64-token chunks: its verify rows ride in those forwards. The long
+    # prompt starts differently per case, so the prefix cache cannot shorten its prefill.
+    prompts = [COPY[2], f"Case {params.temperature}. {COPY[0]}{COPY[1]}"]
+    llm = engines["ngram-forced"]
+    before = llm.engine.scheduler.spec_stats().fused_verify_steps
+    plain, spec = _run(engines["off"], prompts, params), _run(llm, prompts, params)
+    _same(plain, spec)
+    for x, y in zip(plain, spec, strict=True):
+        assert x.outputs[0].logprobs == y.outputs[0].logprobs
+    assert llm.engine.scheduler.spec_stats().fused_verify_steps > before
+    llm.engine.blocks.check_invariants()
 
 
 RECORDS = [{"id": i, "name": f"item{i}", "tags": ["a", "b"]} for i in range(4)]

@@ -10,6 +10,7 @@
 // in the order given. mixed_forward(_batch): decode rows first, then one row per prefill slice
 // (row n_decode + i). prefill / prefill_chunk: row 0. prefill_batch_chunk: row i per slice.
 // decode_verify_batched: one row per input token, every position of every sequence in order.
+// mixed_verify_batch: those verify rows first, then one row per prefill slice.
 #pragma once
 
 #include <cstdint>
@@ -91,6 +92,15 @@ class Backend {
                                                      const std::vector<int32_t>& ks,
                                                      const std::vector<Sequence*>& seqs,
                                                      int32_t stream, bool argmax) = 0;
+  // A verify forward fused with prefill chunks (a tick that continues chunked prefills while
+  // decode rows carry drafts): the verify rows exactly as decode_verify_batched lays them out,
+  // then one row per slice (row n_positions + i, n_positions = sum of 1 + ks[i]). KV for every
+  // verify position is reserved before the forward (KvExhausted otherwise, nothing advanced).
+  // Rows are read back as a mixed forward's are (argmax_batch, or copy_logits_to_host).
+  virtual void mixed_verify_batch(const std::vector<int32_t>& tokens,
+                                  const std::vector<int32_t>& ks,
+                                  const std::vector<Sequence*>& seqs,
+                                  const std::vector<PrefillSlice>& slices, int32_t stream) = 0;
   // After a verify of `k` drafts: the first `na` input tokens (1 + accepted drafts) stand; the
   // rest are rolled back (seq_len and tokens shrink by k + 1 - na, the block table keeps its
   // blocks and the rejected positions are overwritten by the next forward, never read).

@@ -45,11 +45,12 @@ struct SchedulerConfig {
 
 // What speculation did so far (all zero with SpecMode::Off).
 struct SpecStats {
-  int64_t drafted = 0;       // draft tokens sent to verify forwards
-  int64_t accepted = 0;      // of those, accepted
-  int64_t verify_steps = 0;  // decode steps that verified at least one draft
-  int64_t verify_rows = 0;   // decode rows that carried a draft
-  int64_t plain_steps = 0;   // decode steps without any draft
+  int64_t drafted = 0;             // draft tokens sent to verify forwards
+  int64_t accepted = 0;            // of those, accepted
+  int64_t verify_steps = 0;        // decode steps that verified at least one draft
+  int64_t verify_rows = 0;         // decode rows that carried a draft
+  int64_t plain_steps = 0;         // decode steps without any draft
+  int64_t fused_verify_steps = 0;  // of the verify steps, those fused with prefill chunks
   int64_t gate_switches = 0;
   int64_t gate_probes = 0;
   double proposer_seconds = 0;  // wall time spent proposing (a metric only: no decision reads it)
@@ -117,6 +118,7 @@ std::vector<int64_t> compaction_targets(const std::vector<int64_t>& slots,
 
 struct Live;
 class DecodeStrategy;
+using Drafts = std::vector<std::vector<int32_t>>;  // one draft per decode row
 
 // Why a request with these parameters runs without speculation under `mode` ("": it drafts).
 std::string spec_off_reason(SpecMode mode, const SamplingParams& p);
@@ -173,6 +175,9 @@ class Scheduler {
   PrefillSlice next_slice(Live& live);
   void announce(const Sequence& seq, int32_t len, int32_t start, const std::vector<int32_t>& toks);
   void sync_prefill_stream();
+  int32_t fused_forward(const std::vector<Live*>& rows, const std::vector<PrefillSlice>& slices,
+                        bool single, Drafts& drafts);
+  void read_fused(const std::vector<Live*>& rows, const Drafts& drafts);
   SampledToken first_token(Live& live, int32_t row);
   void promote(LivePtr live, const SampledToken& tok);
 

@@ -169,15 +169,25 @@ class TorchBackend(_core.Backend):
         """Every position of every row gets a logits row (row i of the forward is packed token
         i). The packed forward computes each token's row on its own, so a verify position's
         logits are the ones a one-token decode at that position would give."""
-        rows, off = [], 0
-        for seq, k in zip(seqs, ks, strict=True):
-            rows.append(_Row(seq, [int(t) for t in tokens[off : off + 1 + k]], seq.seq_len, k > 0))
-            off += 1 + k
-        self._forward(rows, stream, every_position=True)
+        rows = self._verify_rows(tokens, ks, seqs)
+        self._forward(rows, stream, spread=len(rows))
         if not argmax:
             return []
         with self._on(stream):
             return self._logits.argmax(dim=-1).tolist()
+
+    def mixed_verify_batch(self, tokens, ks, seqs, slices, stream) -> None:
+        """The verify rows as decode_verify_batched lays them out, then one row per slice."""
+        rows = self._verify_rows(tokens, ks, seqs)
+        self._forward(rows + [_slice_row(s) for s in slices], stream, spread=len(rows))
+
+    @staticmethod
+    def _verify_rows(tokens, ks, seqs) -> list[_Row]:
+        rows, off = [], 0
+        for seq, k in zip(seqs, ks, strict=True):
+            rows.append(_Row(seq, [int(t) for t in tokens[off : off + 1 + k]], seq.seq_len, k > 0))
+            off += 1 + k
+        return rows
 
     def commit_accepted_prefix(self, seq: _core.Sequence, na: int, k: int) -> None:
         seq_id = seq.session_hash
@@ -187,18 +197,18 @@ class TorchBackend(_core.Backend):
         self.blocks.rollback(seq_id, len(history))
         self.blocks.commit(seq_id, history)
 
-    def _forward(self, rows: list[_Row], stream: int, every_position: bool = False) -> None:
+    def _forward(self, rows: list[_Row], stream: int, spread: int = 0) -> None:
         tables = [self._reserve(row) for row in rows]
         if self.constraints:
             self._prefetch_masks(rows)
         self._logits_stream = stream
         with self._on(stream):
-            scored = {} if every_position else self._scored_rows(rows)
-            if every_position:
-                self._logits = self._run_model(self._pack(rows, tables, every_position=True))
+            scored = self._scored_rows(rows)
+            if scored:
+                self._logits = self._score_prompts(rows, tables, scored, spread)
                 self._greedy = None
-            elif scored:
-                self._logits = self._score_prompts(rows, tables, scored)
+            elif spread:
+                self._logits = self._run_model(self._pack(rows, tables, spread))
                 self._greedy = None
             elif self._forward_rows is not None:
                 starts = [row.start for row in rows]
@@ -223,23 +233,29 @@ class TorchBackend(_core.Backend):
         return out
 
     def _score_prompts(
-        self, rows: list[_Row], tables: list[list[int]], scored: dict[int, PromptScores]
+        self,
+        rows: list[_Row],
+        tables: list[list[int]],
+        scored: dict[int, PromptScores],
+        spread: int,
     ) -> torch.Tensor:
-        """One forward with logits of every position of the scored rows (the last position of
-        the others); feeds the scores and returns each row's last-position logits."""
+        """One forward with logits of every position of the scored rows and of the first
+        `spread` (verify) rows, the last position of the others; feeds the scores and returns
+        the verify rows' every position and the other rows' last-position logits."""
         inputs = self._pack(rows, tables)
         cu = inputs["cu_seqlens"].tolist()
-        wanted, last = [], []
+        wanted, keep, spans = [], [], {}
         for i in range(len(rows)):
-            first = cu[i] if i in scored else cu[i + 1] - 1
+            first = cu[i] if i in scored or i < spread else cu[i + 1] - 1
+            at = len(wanted)
             wanted.extend(range(first, cu[i + 1]))
-            last.append(len(wanted) - 1)
+            spans[i] = (at, len(wanted))
+            keep.extend(range(at, len(wanted)) if i < spread else [len(wanted) - 1])
         inputs["logits_rows"] = torch.tensor(wanted, dtype=torch.int64, device=self.model.device)
         logits = self._run_model(inputs)
         for i, scores in scored.items():
-            span = logits[last[i] - len(rows[i].tokens) + 1 : last[i] + 1]
-            scores.add(rows[i].start, span)
-        return logits[torch.tensor(last, device=logits.device)]
+            scores.add(rows[i].start, logits[spans[i][0] : spans[i][1]])
+        return logits[torch.tensor(keep, device=logits.device)]
 
     def _prefetch_masks(self, rows: list[_Row]) -> None:
         """Each constrained row's matcher takes the output this forward writes (a decode row's
@@ -262,9 +278,10 @@ class TorchBackend(_core.Backend):
         return self.model.forward(self.kv_cache, **inputs)
 
     def _pack(
-        self, rows: list[_Row], tables: list[list[int]], every_position: bool = False
+        self, rows: list[_Row], tables: list[list[int]], spread: int = 0
     ) -> dict[str, torch.Tensor]:
-        """Packs variable-length rows into the flat tensors of one batched paged forward."""
+        """Packs variable-length rows into the flat tensors of one batched paged forward; the
+        first `spread` rows get a logits row per position, the others one for their last."""
         block_size = self.blocks.block_size()
         ids, positions, slots, query_lens = [], [], [], []
         for row, table in zip(rows, tables, strict=True):
@@ -289,7 +306,7 @@ class TorchBackend(_core.Backend):
             "seq_lens": torch.tensor([r.start + len(r.tokens) for r in rows], **as_int),
             "cu_seqlens": torch.tensor(cu, **as_int),
             "logits_rows": torch.tensor(
-                range(cu[-1]) if every_position else [c - 1 for c in cu[1:]], **as_long
+                list(range(cu[spread])) + [c - 1 for c in cu[spread + 1 :]], **as_long
             ),
         }
 
