@@ -6,6 +6,7 @@ run."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from met.model.config import ModelLoadError
 from met.model.cpu_llama import CpuLlama
 from met.model.llama import LlamaModel
 from met.model.moe import MoeBlock, keep_experts
-from met.model.reference import moe_mlp
+from met.model.reference import moe_mlp, reference_logits
 from met.models import load_model
 from met.parallel.shard import shard_weights
 
@@ -67,6 +68,22 @@ def test_expert_and_tensor_parallel_partials_sum_to_the_whole():
         assert mine["layers.0.experts.5.w_down"].shape == (config.hidden, config.ffn // 2)
         sliced.append(_block(local, mine)(h))
     torch.testing.assert_close(sliced[0] + sliced[1], whole, atol=1e-5, rtol=1e-5)
+
+
+def test_qwen3_moe_without_renormalisation_from_an_hf_folder(tmp_path):
+    folder = tmp_path / "hf"
+    _, weights = write_family_hf(folder, "qwen3moe")
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(raw | {"norm_topk_prob": False}))
+    config, model, _ = load_model(folder, device="cpu")
+    assert config.moe_norm_topk is False
+    ids = list(range(3, 20))
+    want = reference_logits(config, weights, ids)
+    got = PagedRunner(model, num_blocks=16, block_size=4).step([("a", ids)])[0]
+    torch.testing.assert_close(got, want, atol=1e-5 * want.abs().max().item(), rtol=0)
+    # Renormalised routing gives other logits: the flag is not ignored.
+    renormalised = reference_logits(replace(config, moe_norm_topk=True), weights, ids)
+    assert (renormalised - want).abs().max() > 1e-2 * want.abs().max()
 
 
 # K-quants need rows of 256: a wider tiny model. Q4_K experts run as Q4_1 (met.kernels.requant).
