@@ -4,10 +4,6 @@
 #include <algorithm>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "attention_internal.h"
 
 #define MET_ATTN_ITEM attend_item_portable
@@ -18,12 +14,28 @@ namespace met::cpu {
 
 namespace detail {
 
+int64_t attn_tile_queries(const AttnShape& shape) {
+  const int64_t group = shape.n_heads / shape.n_kv_heads;
+  return std::max<int64_t>(1, kAttnRows / group);
+}
+
 int64_t attn_scratch_floats(const AttnShape& shape) {
   const int64_t group = shape.n_heads / shape.n_kv_heads;
-  const int64_t padded = (shape.block_size + kLanes - 1) / kLanes * kLanes;
-  // With an fp16 pool, one block's K and V widened to fp32.
-  const int64_t widened = shape.kv_half ? 2 * shape.block_size * shape.head_dim : 0;
-  return kAttnTile * group * (2 * shape.head_dim + padded + 2) + widened;
+  const int64_t rows = attn_tile_queries(shape) * group;
+  int64_t most = 0;
+  // Each path's lane count (attention_item.inc): 4, 8 or 16 rows to a group.
+  for (const int64_t lanes : {4, 8, 16}) {
+    const int64_t n_groups = (rows + lanes - 1) / lanes;
+    const int64_t dim = (shape.head_dim + lanes - 1) / lanes * lanes;
+    // Per group: queries, output, max, sum, positions and its bookkeeping; then one key tile,
+    // one value tile, the tile's scores and weights and two widened fp16 rows, each rounded up
+    // to whole lanes.
+    const int64_t group_floats = (kGroupFloats + lanes - 1) / lanes * lanes;
+    const int64_t per_group = 2 * dim * lanes + 3 * lanes + group_floats;
+    most = std::max(
+        most, n_groups * per_group + 2 * kKeyTile * dim + 2 * kKeyTile * lanes + 2 * dim + lanes);
+  }
+  return most;
 }
 
 std::vector<AttnPath> attention_paths() {
@@ -31,6 +43,9 @@ std::vector<AttnPath> attention_paths() {
 #if defined(__x86_64__) || defined(_M_X64)
   if (path_supported(CpuPath::kAvx2)) paths.push_back({"avx2", attend_item_avx2});
   if (path_supported(CpuPath::kAvx512)) paths.push_back({"avx512", attend_item_avx512});
+  if (path_supported(CpuPath::kAvx512) && cpu_features().avx512bf16) {
+    paths.push_back({"avx512bf16", attend_item_avx512bf16});
+  }
 #endif
   return paths;
 }
@@ -38,7 +53,9 @@ std::vector<AttnPath> attention_paths() {
 AttnItemFn attention_item_for(CpuPath path) {
 #if defined(__x86_64__) || defined(_M_X64)
   if (path == CpuPath::kAvx2) return attend_item_avx2;
-  if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) return attend_item_avx512;
+  if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) {
+    return cpu_features().avx512bf16 ? attend_item_avx512bf16 : attend_item_avx512;
+  }
 #endif
   (void)path;
   return attend_item_portable;
@@ -56,21 +73,15 @@ void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, 
 
   const int32_t* cu = rows.cu_seqlens;
   const int64_t* tiles = first_tile.data();
+  const int64_t tile_queries = attn_tile_queries(shape);
   first_tile[0] = 0;
   for (int64_t b = 0; b < rows.n_rows; ++b) {
-    first_tile[b + 1] = first_tile[b] + (cu[b + 1] - cu[b] + kAttnTile - 1) / kAttnTile;
+    first_tile[b + 1] = first_tile[b] + (cu[b + 1] - cu[b] + tile_queries - 1) / tile_queries;
   }
   const int64_t group = shape.n_heads / shape.n_kv_heads;
-  int threads = 1;
-#ifdef _OPENMP
-  threads = omp_get_num_threads();
-#endif
-  // Too few tiles to keep the team busy (a few decode rows): one item per query head instead of
-  // per kv head. A head's arithmetic never depends on the other heads of its group.
-  const int64_t head_parts =
-      tiles[rows.n_rows] * shape.n_kv_heads < 4 * static_cast<int64_t>(threads) ? group : 1;
-  const int64_t heads_per_item = group / head_parts;
-  const int64_t per_tile = shape.n_kv_heads * head_parts;
+  // An item takes the whole group: its heads share the packed key tiles and fill SIMD lanes that
+  // a head alone would leave empty (a decode row's item has `group` rows).
+  const int64_t per_tile = shape.n_kv_heads;
   const int64_t n_items = tiles[rows.n_rows] * per_tile;
   // Items run from the last tile back: within a prefill row the later (longer) queries go out
   // first, which evens out the causal imbalance under dynamic scheduling.
@@ -83,15 +94,15 @@ void paged_attention_with(AttnItemFn item, const float* q, const void* k_cache, 
     const int64_t part = item_index % per_tile;
     const int64_t row = std::upper_bound(tiles, tiles + rows.n_rows + 1, tile_index) - tiles - 1;
     const int64_t q_len = cu[row + 1] - cu[row];
-    const int64_t offset = (tile_index - tiles[row]) * kAttnTile;  // within the row
+    const int64_t offset = (tile_index - tiles[row]) * tile_queries;  // within the row
     AttnTile tile;
     tile.table = rows.block_tables + row * rows.table_stride;
     tile.token = cu[row] + offset;
-    tile.n_queries = std::min<int64_t>(kAttnTile, q_len - offset);
+    tile.n_queries = std::min<int64_t>(tile_queries, q_len - offset);
     tile.n_keys = rows.seq_lens[row] - q_len + offset + 1;
-    tile.kv_head = part / head_parts;
-    tile.head_begin = part % head_parts * heads_per_item;
-    tile.head_end = tile.head_begin + heads_per_item;
+    tile.kv_head = part;
+    tile.head_begin = 0;
+    tile.head_end = group;
     item(q, k_cache, v_cache, out, shape, tile, mine);
   }
 }

@@ -5,13 +5,13 @@
 //   and tests/cpp/test_cpu_attention.cc.
 // Invariants: batch invariant bit for bit: a query's output depends only on its own q, its
 //   position and the keys/values it attends to (never on the other rows, on its row's q_len or on
-//   the thread that ran it), because every (query token, kv head) item sums keys block by block in
-//   position order with a running max and sum, in a fixed order per head. fp16 K/V are widened
-//   to fp32 exactly, so an fp16 pool gives the bits an fp32 pool holding the same values gives.
-//   The result depends on
-//   the SIMD path in use (cpu/isa.h: the active path, or the one a LlamaForward fixed). Nothing is
-//   validated here: the caller guarantees the shapes, block tables and that n_heads is a multiple
-//   of n_kv_heads.
+//   the thread that ran it): each (query, head) row runs in a SIMD lane of its own over key tiles
+//   of fixed positions with a running max and sum (attention_item.inc). Scores are fp32; values
+//   and softmax weights are rounded to bf16 and their products summed in fp32 (VDPBF16PS where
+//   the CPU has avx512_bf16), in one order on every SIMD path, so every path gives the same bits.
+//   fp16 K/V are widened to fp32 exactly, so an fp16 pool gives the bits an fp32 pool holding the
+//   same values gives. Nothing is validated here: the caller guarantees the shapes, block tables
+//   and that n_heads is a multiple of n_kv_heads.
 #pragma once
 
 #include <cstdint>

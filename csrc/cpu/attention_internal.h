@@ -15,13 +15,20 @@
 
 namespace met::cpu::detail {
 
-// Consecutive queries of one batch row run as one tile so that each key/value block is read once
-// for all of them; every query still performs exactly the arithmetic it performs alone.
-constexpr int64_t kAttnTile = 8;
+// An item's rows are (query, head) pairs of consecutive queries of one batch row and the heads of
+// one kv head's group, so that each key/value tile is packed once for all of them; every row
+// still performs exactly the arithmetic it performs alone. An item takes at most
+// max(kAttnRows, group) rows: attn_tile_queries(shape) queries with all the group's heads.
+constexpr int64_t kAttnRows = 96;
+// Keys per softmax tile; tiles start at multiples of kKeyTile positions.
+constexpr int64_t kKeyTile = 64;
+// Floats of scratch reserved for each group's bookkeeping (attention_item.inc's Group).
+constexpr int64_t kGroupFloats = 16;
 
-// Queries token .. token + n_queries - 1 (n_queries <= kAttnTile) of one row, the t-th attending
-// to keys 0 .. n_keys + t - 1 (blocks in `table`), for query heads head_begin .. head_end - 1 of
-// the group that shares kv head `kv_head` (0 .. n_heads / n_kv_heads).
+// Queries token .. token + n_queries - 1 (n_queries <= attn_tile_queries) of one row, the t-th
+// attending to keys 0 .. n_keys + t - 1 (blocks in `table`; the last shape.window of them when
+// set), for query heads head_begin .. head_end - 1 of the group that shares kv head `kv_head`
+// (0 .. n_heads / n_kv_heads).
 struct AttnTile {
   const int32_t* table;
   int64_t token, n_queries, n_keys, kv_head, head_begin, head_end;
@@ -37,8 +44,14 @@ void attend_item_avx2(const float* q, const void* k_cache, const void* v_cache, 
                       const AttnShape& shape, const AttnTile& tile, float* scratch);
 void attend_item_avx512(const float* q, const void* k_cache, const void* v_cache, float* out,
                         const AttnShape& shape, const AttnTile& tile, float* scratch);
+// VDPBF16PS for the products (the avx512 path where the CPU has avx512_bf16): the same bits as
+// attend_item_avx512's emulation.
+void attend_item_avx512bf16(const float* q, const void* k_cache, const void* v_cache, float* out,
+                            const AttnShape& shape, const AttnTile& tile, float* scratch);
 #endif
 
+// Queries per item of a prefill row.
+int64_t attn_tile_queries(const AttnShape& shape);
 int64_t attn_scratch_floats(const AttnShape& shape);
 
 struct AttnPath {

@@ -1,6 +1,7 @@
 // paged_attention (csrc/cpu/attention.h) against a double-precision reference written here, on
-// every SIMD path the CPU runs, and its batch invariance: a query's output bits must not change
-// with the batch around it, its row's q_len or the number of threads.
+// every SIMD path the CPU runs; every path's bits against the portable path's; and its batch
+// invariance: a query's output bits must not change with the batch around it, its row's q_len
+// or the number of threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,10 +19,23 @@
 namespace met::cpu {
 namespace {
 
-// Outputs are convex combinations of N(0, 1) values; the kernel sums in fp32 (scores over
-// head_dim terms, weights over the context). Observed: under 2e-6 up to a few hundred keys, a
-// few 1e-6 at 8192 keys with peaked scores.
+// The kernel sums scores in fp32, rounds V and its softmax weights to bf16 and sums their exact
+// products in fp32 (attention_item.inc). The reference rounds V the same way and does the rest in
+// double, so what is left is the weights' rounding: each weight off by at most 2^-9 relative,
+// which moves an output element by at most 2^-8 times the largest |value| it averages (the
+// normalization takes back the common part), plus fp32 sums (under 1e-5 here).
+constexpr double kWeightRounding = 1.0 / 256 * 1.01;
 constexpr double kTolerance = 1e-5;
+
+// x rounded to the nearest bf16 (ties to even), as fp32: written here from the format, not
+// taken from the kernel.
+float bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&x, &u, sizeof(u));
+  return x;
+}
 
 // K/V for a few sequences in one pool, each sequence on shuffled blocks, plus one query vector
 // per (sequence, position). Slots no sequence owns hold NaN, so reading one poisons the output.
@@ -125,12 +139,15 @@ Pool half_pool(const Pool& pool, Pool* rounded) {
 }
 
 // Sequence seq's query at `pos` against keys 0..pos (the last shape.window of them when set):
-// double scores (soft-capped when shape.softcap is set), explicit softmax.
-std::vector<double> reference(const Pool& pool, int seq, int64_t pos) {
+// double scores (soft-capped when shape.softcap is set), explicit softmax over bf16 values;
+// `bound` gets each element's tolerance.
+std::vector<double> reference(const Pool& pool, int seq, int64_t pos, std::vector<double>* bound) {
   const AttnShape& s = pool.shape;
   const int64_t dim = s.head_dim, slot = s.n_kv_heads * dim, group = s.n_heads / s.n_kv_heads;
   const auto& table = pool.tables[seq];
+  const float q_scale = s.scale * 1.4426950408889634f;  // the kernel's scores are in log2 units
   std::vector<double> out(s.n_heads * dim, 0.0), scores(pos + 1);
+  bound->assign(s.n_heads * dim, kTolerance);
   for (int64_t h = 0; h < s.n_heads; ++h) {
     const float* q = pool.queries[seq].data() + (pos * s.n_heads + h) * dim;
     const int64_t kv = h / group;
@@ -141,15 +158,25 @@ std::vector<double> reference(const Pool& pool, int seq, int64_t pos) {
     double max = -INFINITY, sum = 0.0;
     for (int64_t p = first; p <= pos; ++p) {
       double dot = 0.0;
-      for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * pool.k[at(p) + d];
-      scores[p] = dot * s.scale;
-      if (s.softcap > 0.0f) scores[p] = s.softcap * std::tanh(scores[p] / s.softcap);
+      for (int64_t d = 0; d < dim; ++d) {
+        dot += static_cast<double>(q[d] * q_scale) * pool.k[at(p) + d];
+      }
+      scores[p] = dot;
+      if (s.softcap > 0.0f) {
+        const double cap = static_cast<double>(s.softcap) * 1.4426950408889634;  // log2 units
+        scores[p] = cap * std::tanh(scores[p] / cap);
+      }
       max = std::max(max, scores[p]);
     }
-    for (int64_t p = first; p <= pos; ++p) sum += std::exp(scores[p] - max);
+    for (int64_t p = first; p <= pos; ++p) sum += std::exp2(scores[p] - max);
     for (int64_t p = first; p <= pos; ++p) {
-      const double w = std::exp(scores[p] - max) / sum;
-      for (int64_t d = 0; d < dim; ++d) out[h * dim + d] += w * pool.v[at(p) + d];
+      const double w = std::exp2(scores[p] - max) / sum;
+      for (int64_t d = 0; d < dim; ++d) {
+        const double value = bf16(pool.v[at(p) + d]);
+        out[h * dim + d] += w * value;
+        (*bound)[h * dim + d] =
+            std::max((*bound)[h * dim + d], kTolerance + kWeightRounding * std::fabs(value));
+      }
     }
   }
   return out;
@@ -161,11 +188,12 @@ void expect_matches_reference(const Pool& pool, const std::vector<Row>& batch,
   int64_t token = 0;
   for (const Row& r : batch) {
     for (int64_t pos = r.begin; pos < r.begin + r.q_len; ++pos, ++token) {
-      const std::vector<double> want = reference(pool, r.seq, pos);
+      std::vector<double> bound;
+      const std::vector<double> want = reference(pool, r.seq, pos, &bound);
       for (int64_t i = 0; i < width; ++i) {
         const float got = out[token * width + i];
         ASSERT_TRUE(std::isfinite(got)) << path << " seq " << r.seq << " pos " << pos << " i " << i;
-        ASSERT_NEAR(got, want[i], kTolerance * (1.0 + std::fabs(want[i])))
+        ASSERT_NEAR(got, want[i], bound[i])
             << path << " seq " << r.seq << " pos " << pos << " i " << i;
       }
     }
@@ -240,6 +268,30 @@ TEST(PagedAttentionHalf, Fp16PoolGivesTheBitsOfAnFp32PoolHoldingTheSameValues) {
   }
 }
 
+// Every path rounds the same operations in the same order (attention_item.inc), VDPBF16PS
+// included, so on finite, normal data every path gives the portable path's bits.
+TEST(PagedAttentionPaths, EveryPathGivesThePortableBits) {
+  for (const Case c : {Case{9, 3, 64, 16}, Case{6, 3, 72, 8}, Case{8, 8, 128, 16}}) {
+    const Pool pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {150, 37, 80},
+                                3.0f, static_cast<uint32_t>(c.n_heads));
+    Pool rounded;
+    const Pool half = half_pool(pool, &rounded);
+    const std::vector<Row> batch = {{0, 0, 150}, {1, 36, 1}, {2, 50, 30}};
+    for (const int64_t window : {int64_t{0}, int64_t{21}}) {
+      for (Pool p : {pool, half}) {
+        p.shape.window = window;
+        const auto want = run(p, batch, detail::attention_paths().front().fn, 0);
+        for (const detail::AttnPath& path : detail::attention_paths()) {
+          const auto got = run(p, batch, path.fn, 2);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+              << path.name << " head_dim " << c.head_dim << " window " << window << " fp16 "
+              << p.shape.kv_half;
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedAttentionPublic, UsesTheFastestPath) {
   const Pool pool = make_pool(9, 3, 64, 16, {70}, 1.0f, 5);
   const std::vector<Row> batch = {{0, 0, 70}};
@@ -290,15 +342,19 @@ TEST(PagedAttentionInvariance, SameBitsInAnyBatchRowShapeOrThreadCount) {
 // must give the bits of the same query run alone as a decode row (a tile of one, split per head).
 TEST(PagedAttentionInvariance, TilesKeepEachQuerysBits) {
   for (const Case c : {Case{9, 3, 64, 16}, Case{6, 3, 72, 8}, Case{4, 2, 64, 32}}) {
-    const int64_t length = 3 * detail::kAttnTile + 2 * c.block_size + 5;
-    const Pool pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {length}, 2.0f,
-                                static_cast<uint32_t>(c.block_size));
+    Pool pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {1}, 2.0f, 1);
+    const int64_t tile = detail::attn_tile_queries(pool.shape);
+    const int64_t length = 3 * tile + 2 * c.block_size + 5;
+    pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {length}, 2.0f,
+                     static_cast<uint32_t>(c.block_size));
     const int64_t width = c.n_heads * c.head_dim;
-    // Chunk starts at every offset of a tile, lengths not a multiple of the tile.
+    // Chunks starting at several offsets of a query tile and of a key tile (kKeyTile), lengths
+    // not a multiple of either.
     std::vector<std::pair<int64_t, int64_t>> chunks = {{0, length}};
-    for (int64_t begin = 1; begin <= detail::kAttnTile; ++begin) {
+    for (const int64_t begin :
+         {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, tile - 1, tile, detail::kKeyTile - 3}) {
       chunks.push_back({begin, length - begin});
-      chunks.push_back({c.block_size - begin, detail::kAttnTile + 3});
+      chunks.push_back({c.block_size - begin % c.block_size, tile + 3});
     }
     for (const detail::AttnPath& path : detail::attention_paths()) {
       std::vector<std::vector<float>> alone(length);
@@ -376,9 +432,12 @@ TEST(PagedAttentionSoftcap, MatchesReferenceOnEveryPath) {
       Pool pool = full;
       pool.shape.softcap = cap;
       pool.shape.window = window;
+      const auto portable = run(pool, batch, detail::attention_paths().front().fn, 0);
       for (const detail::AttnPath& path : detail::attention_paths()) {
         SCOPED_TRACE(testing::Message() << "cap " << cap << " window " << window);
-        expect_matches_reference(pool, batch, run(pool, batch, path.fn, 2), path.name);
+        const auto got = run(pool, batch, path.fn, 2);
+        expect_matches_reference(pool, batch, got, path.name);
+        EXPECT_EQ(0, std::memcmp(got.data(), portable.data(), got.size() * sizeof(float)));
       }
     }
   }
@@ -387,7 +446,7 @@ TEST(PagedAttentionSoftcap, MatchesReferenceOnEveryPath) {
 // Under a window, as without one: each query of a chunk gives the bits of the same query alone.
 TEST(PagedAttentionWindow, TilesKeepEachQuerysBits) {
   const Case c{9, 3, 64, 16};
-  const int64_t length = 3 * detail::kAttnTile + 2 * c.block_size + 5;
+  const int64_t length = 3 * (detail::kAttnRows / 3) + 2 * c.block_size + 5;
   Pool pool = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {length}, 2.0f, 23);
   const int64_t width = c.n_heads * c.head_dim;
   for (const int64_t window : {int64_t{3}, int64_t{20}}) {
