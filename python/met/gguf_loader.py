@@ -69,6 +69,8 @@ _EXPERT_NAMES = {
     "ffn_down_exps.weight": "w_down",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
+# Early Mixtral GGUF files keep one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
+_LEGACY_EXPERT_RE = re.compile(r"ffn_(gate|up|down)\.(\d+)\.weight")
 # Weights a matmul reads (the embedding too: tied, it is the lm_head), so keepable as blocks.
 _LINEAR_SUFFIXES = (
     ".wq",
@@ -235,6 +237,9 @@ def _canonical_name(gguf_name: str) -> str | None:
         return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
     if match and match.group(2) in _EXPERT_NAMES:
         return f"layers.{match.group(1)}.{_STACKED}.{_EXPERT_NAMES[match.group(2)]}"
+    legacy = _LEGACY_EXPERT_RE.fullmatch(match.group(2)) if match else None
+    if legacy:
+        return f"layers.{match.group(1)}.experts.{legacy.group(2)}.w_{legacy.group(1)}"
     return None
 
 
@@ -270,7 +275,7 @@ def iter_weights(
     with Path(path).open("rb") as file:
         for tensor in reader.tensors:
             name = _canonical_name(tensor.name)
-            if name and not config.n_experts and (_STACKED in name or name.endswith(".router")):
+            if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
                 name = None  # a router or experts in a file without expert_count
             if name is None and _LAYER_RE.fullmatch(tensor.name):
                 # A layer tensor the forward would not apply: running without it is wrong.

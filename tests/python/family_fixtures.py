@@ -150,11 +150,12 @@ def write_family_gguf(
     qtype: Q = Q.Q8_0,
     extra: dict[str, torch.Tensor] | None = None,
     metadata: dict[str, int] | None = None,
+    legacy_experts: bool = False,
     **shape: int,
 ) -> tuple[ModelConfig, dict]:
     """The family's tiny model as llama.cpp's converter writes it: linear weights in `qtype`,
     norms in F32, a byte-level BPE vocabulary with the chat tokens and template; `metadata`
-    keys added as uint32 values; `extra`
+    keys added as uint32 values; a MoE's experts one tensor each with legacy_experts; `extra`
     tensors (F32) added as named."""
     spec = FAMILIES[family]
     tokens = _vocab()
@@ -189,7 +190,7 @@ def write_family_gguf(
     layers = _gguf_layers(family, weights)
     if config.n_experts:
         add_gguf_metadata(w, config, spec["arch"])
-        for name, tensor in gguf_experts(layers, config).items():
+        for name, tensor in gguf_experts(layers, config, legacy_experts).items():
             # llama.cpp keeps the router in F32; the experts are quantized like the rest.
             _store(w, name, tensor, Q.F32 if "gate_inp" in name else qtype)
     for name, tensor in layers.items():

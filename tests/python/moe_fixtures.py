@@ -47,16 +47,21 @@ def add_experts(config: ModelConfig, weights: dict, seed: int) -> None:
             weights[q + "w_down"] = torch.randn(h, f, generator=gen) / f**0.5
 
 
-def gguf_experts(weights: dict, config: ModelConfig) -> dict[str, torch.Tensor]:
+def gguf_experts(weights: dict, config: ModelConfig, legacy: bool) -> dict[str, torch.Tensor]:
     """The expert weights as GGUF tensors by their names there: per layer the router and the
-    three stacked [E, rows, cols] tensors; pops them from `weights`."""
+    three stacked [E, rows, cols] tensors (legacy: early Mixtral files' one 2-D tensor per
+    expert, blk.N.ffn_gate.E.weight); pops them from `weights`."""
     out = {}
     for i in range(config.n_layers):
         p = f"layers.{i}."
         out[f"blk.{i}.ffn_gate_inp.weight"] = weights.pop(p + "router")
         for part, name in _GGUF_EXPERTS.items():
             names = [f"{p}experts.{e}.{part}" for e in range(config.n_experts)]
-            out[f"blk.{i}.{name}.weight"] = torch.stack([weights.pop(n) for n in names])
+            if legacy:
+                for e, n in enumerate(names):
+                    out[f"blk.{i}.{name.removesuffix('_exps')}.{e}.weight"] = weights.pop(n)
+            else:
+                out[f"blk.{i}.{name}.weight"] = torch.stack([weights.pop(n) for n in names])
     return out
 
 

@@ -14,6 +14,7 @@ from family_fixtures import Q, write_family_gguf, write_family_hf
 from model_fixtures import PagedRunner, random_weights, tiny_config
 from moe_fixtures import add_experts
 
+from met.gguf_loader import load_gguf
 from met.model.config import ModelLoadError
 from met.model.cpu_llama import CpuLlama
 from met.model.llama import LlamaModel
@@ -84,6 +85,16 @@ def test_qwen3_moe_without_renormalisation_from_an_hf_folder(tmp_path):
     # Renormalised routing gives other logits: the flag is not ignored.
     renormalised = reference_logits(replace(config, moe_norm_topk=True), weights, ids)
     assert (renormalised - want).abs().max() > 1e-2 * want.abs().max()
+
+
+def test_early_mixtral_files_with_one_tensor_per_expert(tmp_path):
+    stacked, legacy = tmp_path / "stacked.gguf", tmp_path / "legacy.gguf"
+    write_family_gguf(stacked, "mixtral")
+    write_family_gguf(legacy, "mixtral", legacy_experts=True)
+    want, got = load_gguf(stacked)[1], load_gguf(legacy)[1]
+    assert "layers.1.experts.3.w_down" in got and want.keys() == got.keys()
+    for name, tensor in want.items():
+        assert torch.equal(got[name], tensor), name
 
 
 # K-quants need rows of 256: a wider tiny model. Q4_K experts run as Q4_1 (met.kernels.requant).
