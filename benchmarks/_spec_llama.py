@@ -62,6 +62,9 @@ class LlamaServer:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log")  # noqa: SIM115
         args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port)]
         args += ["-np", str(width), "-t", str(os.cpu_count() or 2), "-c", str(4096 * width)]
+        # Waiting threads sleep instead of polling: on a shared machine a polling thread holds
+        # the core its team's late thread needs (the same reason met's barrier yields).
+        args += ["--poll", "0"]
         args += SPEC_ARGS if speculative else ["--spec-type", "none"]
         env = dict(os.environ, LD_LIBRARY_PATH=str(Path(binary).parent))
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import time
@@ -161,8 +162,9 @@ def run(args: argparse.Namespace) -> dict:
     results: dict = {}
     try:
         for name in args.classes:
-            batch = [tokenizer.encode_chat(m) for m in prompts(name, args.prompts)]
             for width in CONCURRENCY:
+                count = args.prompts_c8 if width > 1 and args.prompts_c8 else args.prompts
+                batch = [tokenizer.encode_chat(m) for m in prompts(name, count)]
                 row = _met_row(engines, batch, params, width, f"{name}-{width}")
                 if servers:
                     row["llama"] = _peer(servers, batch, args.max_tokens, width)
@@ -239,9 +241,17 @@ def _guarded(results: dict) -> dict:
 
 
 def main() -> None:
+    # A timeout's SIGTERM unwinds like an error, so the llama-server processes are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="GGUF file (default: the default model)")
     parser.add_argument("--prompts", type=int, default=20, help="prompts per class")
+    parser.add_argument(
+        "--prompts-c8",
+        type=int,
+        default=0,
+        help="prompts per class at concurrency 8 (0: --prompts)",
+    )
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("-k", type=int, default=4, help="--num-speculative-tokens")
     parser.add_argument("--classes", default=",".join(CLASSES), help="comma-separated")
