@@ -42,7 +42,7 @@ def write_files(folder: Path, families: list[str]) -> dict[str, Path]:
         if family == "llama":
             write_tiny_gguf(files[family], tied=False)
         elif family in GEMMA:  # sliding windows shorter than the continuations
-            write_gemma_gguf(files[family], family)
+            write_gemma_gguf(files[family], family, varied=True)
         else:
             write_family_gguf(files[family], family)
     return files

@@ -75,6 +75,23 @@ TEST(CpuOps, SiluMulMatchesDoubleReference) {
   }
 }
 
+TEST(CpuOps, GeluTanhMulAndSoftcapMatchDoubleReferences) {
+  const int64_t n = 1536;
+  const auto gate = random_floats(n, 6, -20.0f, 20.0f);
+  const auto up = random_floats(n, 7);
+  std::vector<float> out(n);
+  gelu_tanh_mul_row(gate.data(), up.data(), out.data(), n);
+  std::vector<float> capped = gate;
+  softcap_row(capped.data(), 5.0f, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double inner = std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+    const double want = 0.5 * g * (1.0 + std::tanh(inner)) * up[i];
+    EXPECT_NEAR(out[i], want, 1e-6 * (1 + std::fabs(want)));
+    EXPECT_NEAR(capped[i], 5.0 * std::tanh(g / 5.0), 1e-6);
+  }
+}
+
 // A tiny random model with Q8_0 weights (scale 2^-6 as fp16 bits, random int8 quants).
 struct TinyModel {
   LlamaDims dims;

@@ -100,8 +100,15 @@ def gemma_config(family: str, **overrides: object) -> dict:
     return {**_COMMON, "vocab_size": len(vocab()), **CONFIGS[family], **overrides}
 
 
-def gemma_weights(config: dict, seed: int = 7) -> dict[str, torch.Tensor]:
-    """HF-named random weights; norm weights w near 0 (Gemma's norms scale by 1 + w)."""
+def gemma_weights(config: dict, seed: int = 7, varied: bool = False) -> dict[str, torch.Tensor]:
+    """HF-named random weights; norm weights w near 0 (Gemma's norms scale by 1 + w).
+
+    At unit scale, times sqrt(hidden), a token's own embedding dominates its residual and the
+    tied head picks that token again: greedy continuations repeat one token whatever attention
+    (windowed or not) computed, while logits still depend on all of it. `varied`: embeddings
+    small beside the post-normed sublayers, and a final norm of about 4 to keep the logits a few
+    units wide, so continuations vary and a window changes them (benchmarks/fidelity.py); the
+    logits are flatter, so int8 activations move them more relative to their range."""
     gen = torch.Generator().manual_seed(seed)
     hidden, hd, ffn = config["hidden_size"], config["head_dim"], config["intermediate_size"]
     q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
@@ -112,10 +119,8 @@ def gemma_weights(config: dict, seed: int = 7) -> dict[str, torch.Tensor]:
     def norm(n: int) -> torch.Tensor:
         return 0.1 * torch.randn(n, generator=gen)
 
-    w = {
-        "model.embed_tokens.weight": torch.randn(config["vocab_size"], hidden, generator=gen) / 4,
-        "model.norm.weight": norm(hidden),
-    }
+    embed = torch.randn(config["vocab_size"], hidden, generator=gen) / (32 if varied else 4)
+    w = {"model.embed_tokens.weight": embed, "model.norm.weight": norm(hidden) + 3.0 * varied}
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w |= {
@@ -166,11 +171,11 @@ def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> Non
 
 
 def write_gemma_gguf(
-    path: Path, family: str, qtype: Q = Q.Q8_0, **overrides: object
+    path: Path, family: str, qtype: Q = Q.Q8_0, varied: bool = False, **overrides: object
 ) -> tuple[dict, dict]:
     """The HF model as llama.cpp's converter writes it (norms as 1 + w, in F32)."""
     config = gemma_config(family, **overrides)
-    weights = gemma_weights(config)
+    weights = gemma_weights(config, varied=varied)
     c = config
     w = gguf.GGUFWriter(str(path), family)
     w.add_block_count(c["num_hidden_layers"])
