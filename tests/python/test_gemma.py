@@ -194,3 +194,25 @@ def test_met_serve_answers_chat_on_gemma3(tmp_path):
         assert client.models.list().data[0].id == "gemma3"  # still serving
     finally:
         assert server.stop() == 0
+
+
+def test_the_27b_query_scale_on_the_cpp_forward(tmp_path):
+    """llama.cpp scales a 46-layer Gemma 2's queries by 1/sqrt(hidden / heads), not by
+    1/sqrt(head_dim) (its 27B; the file has no key for it): met reads the file the same way."""
+    path = tmp_path / "gemma2-27b-shape.gguf"
+    shape = {"num_hidden_layers": 46, "head_dim": 32, "query_pre_attn_scalar": 16}
+    config, _ = write_gemma_gguf(path, "gemma2", **shape)
+    weights = dequantized_hf_weights(path, config)
+    _, model, _ = load_model(path, device="cpu", weight_format="gguf")
+    assert model.config.query_scale == 16**-0.5
+    runner = PagedRunner(model, num_blocks=16, block_size=4)
+    runner.model = CpuLlama(model, runner.cache)
+    tokens = list(range(5, 19))
+    got = torch.cat(runner.step([("a", tokens[:9])]) + runner.step([("a", tokens[9:])]))
+    want = gemma_logits(config, weights, tokens)
+    # 46 layers of int8 activations: 4.4% of the largest logit measured (the torch forward over
+    # the F32 file: 1e-6); the default scale would be 40% off.
+    atol = 0.1 * want.abs().max().item()
+    torch.testing.assert_close(got, want, atol=atol, rtol=0)
+    default = gemma_logits({**config, "query_pre_attn_scalar": 32}, weights, tokens)
+    assert not torch.allclose(default, want, atol=2 * atol)  # the scale matters here
