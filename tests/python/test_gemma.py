@@ -171,7 +171,6 @@ def test_the_gemma_chat_template(tmp_path):
         llm.close()
 
 
-@pytest.mark.slow
 def test_met_serve_answers_chat_on_gemma3(tmp_path):
     path = tmp_path / "gemma3.gguf"
     write_gemma_gguf(path, "gemma3")
