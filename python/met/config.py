@@ -37,6 +37,6 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     # Prompt-lookup speculative decoding (docs/speculative.md): off | ngram (the gate runs it per
     # batch width where it measures a gain) | ngram-forced (always, for measurement). Off by
-    # default: benchmarks/README.md shows where the gated mode still loses.
+    # default: no full benchmark run has shown the gated mode never loses (benchmarks/README.md).
     speculative: str = "off"
     num_speculative_tokens: int = 4  # draft tokens per verify row at most
