@@ -72,6 +72,12 @@ void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
 
 namespace detail {
 
+float* thread_scratch_floats(int64_t count) {
+  static thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(count)) buffer.resize(count);
+  return buffer.data();
+}
+
 void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t row_end,
                           QuantActs acts) {
   const int64_t nb = k / kBlock;

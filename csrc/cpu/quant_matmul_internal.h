@@ -27,6 +27,12 @@ using QuantizeFn = void (*)(const float* x, int64_t k, int64_t row_begin, int64_
 using MatmulFn = void (*)(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
                           int64_t k, QType q, int64_t n_begin, int64_t n_end);
 
+// The calling thread's scratch floats, at least `count` of them, kept and grown to the largest
+// count the thread asked for. Defined in quant_matmul.cpp (portable): a std::vector in a per-ISA
+// file would instantiate inline members under its -m flags, and the linker keeps one copy of
+// those for the whole library.
+float* thread_scratch_floats(int64_t count);
+
 void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t row_end,
                           QuantActs acts);
 void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
