@@ -5,9 +5,10 @@ dense twin (qwen3, FFN width experts-used * expert-ffn, so a token multiplies th
 weights) are random-weight Q8_0 GGUF files from benchmarks/random_gguf.py's writer with the same
 attention. Both stay loaded, and each round times both, one after the other, so a shared
 machine's load falls on both alike: met's decode at each batch size (met.LLM, the C++ forward
-over the blocks; 1 + --tokens tokens minus 1 token, so prefill cancels) and llama.cpp's batch-1
-decode (llama-cpp-python). Prints medians over the rounds and the MoE / dense ratio per engine
-(issue 18's target: met's MoE decode within 2x of the dense one). Never asserts.
+over the blocks; distinct prompts, sampled tokens; 1 + --tokens tokens minus 1 token, so
+prefill cancels) and llama.cpp's batch-1 decode (llama-cpp-python, fed varied tokens). Prints
+medians over the rounds and the MoE / dense ratio per engine (issue 18's target: met's MoE
+decode within 2x of the dense one). Never asserts.
 
     PYTHONPATH=python python benchmarks/moe_decode.py [--rounds 5] [--batches 1 8] [--json FILE]
 """
@@ -57,10 +58,18 @@ def write_pair(folder: Path, args: argparse.Namespace) -> dict[str, Path]:
 def met_decode(llm: met.LLM, batch: int, tokens: int) -> float:
     """Aggregate decode tokens/s at `batch` sequences."""
 
+    # Distinct prompts and sampled (seeded) tokens: each step's tokens, so their experts, vary
+    # as real text's do. Greedy decoding of random weights repeats one token, which would keep
+    # routing to the same experts and their weights in cache.
+    prompts = [[3 + (7 * b + i) % 100 for i in range(16)] for b in range(batch)]
+
     def timed(max_tokens: int) -> float:
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        params = [
+            SamplingParams(temperature=1.0, seed=b, max_tokens=max_tokens, ignore_eos=True)
+            for b in range(batch)
+        ]
         start = time.perf_counter()
-        llm.generate(prompt_token_ids=[PROMPT] * batch, sampling_params=params)
+        llm.generate(prompt_token_ids=prompts, sampling_params=params)
         return time.perf_counter() - start
 
     return batch * tokens / (timed(1 + tokens) - timed(1))
