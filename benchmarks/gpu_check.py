@@ -24,7 +24,8 @@ from met.kernels import cuda_ops as ops
 from met.kernels.cuda_graphs import DecodeGraphs
 from met.model.config import ModelConfig
 from met.model.cuda_llama import CudaLlama
-from met.model.llama import LlamaModel, PagedKvCache
+from met.model.kv_cache import PagedKvCache
+from met.model.llama import LlamaModel
 
 DTYPE = torch.bfloat16
 CONTEXT = 1024  # tokens already in each decode row's cache

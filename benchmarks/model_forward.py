@@ -14,7 +14,8 @@ import torch
 
 from met.gguf_loader import load_gguf
 from met.hf_loader import is_hf_folder, load_hf
-from met.model.llama import LlamaModel, PagedKvCache
+from met.model.kv_cache import PagedKvCache
+from met.model.llama import LlamaModel
 from met.models import resolve_device, resolve_model
 
 BLOCK = 16

@@ -11,7 +11,8 @@ from safetensors.torch import save_file
 from tokenizers import pre_tokenizers
 
 from met.model.config import ModelConfig
-from met.model.llama import LlamaModel, PagedKvCache
+from met.model.kv_cache import PagedKvCache
+from met.model.llama import LlamaModel
 
 HF_NAMES = {
     "attn_norm": "input_layernorm.weight",

@@ -10,7 +10,7 @@ import torch
 from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
 
 import met
-from met.model.llama import PagedKvCache
+from met.model.kv_cache import PagedKvCache
 from met.sampling import SamplingParams
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/statm")

@@ -14,7 +14,8 @@ from torch import Tensor
 
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
-from met.model.llama import IntArray, LlamaModel, PagedKvCache
+from met.model.kv_cache import PagedKvCache
+from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
 
 _MLP_NAMES = ("w_gate_up", "w_down")

@@ -25,7 +25,8 @@ from torch import Tensor
 from met.kernels import cuda_ops
 from met.kernels.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphs
 from met.model.gemma import is_gemma
-from met.model.llama import IntArray, LlamaModel, PagedKvCache
+from met.model.kv_cache import PagedKvCache
+from met.model.llama import IntArray, LlamaModel
 
 # What a padding row of a captured batch holds: no KV write (slot -1), no context (attention
 # writes zeros), token 0 at position 0. Logits of padding rows are computed and ignored.

@@ -8,8 +8,6 @@ single-token rows share one batched attention call.
 
 from __future__ import annotations
 
-import math
-import mmap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,53 +19,12 @@ from torch import Tensor
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.gemma import softcapped_attention
+from met.model.kv_cache import PagedKvCache
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, take_moe_block
 from met.model.rope import rope_table, rotate_half
 
 IntArray = Tensor | np.ndarray | Sequence[int]
-
-
-@dataclass
-class PagedKvCache:
-    """K and V pages, each [n_layers, num_blocks, block_size, n_kv_heads, head_dim].
-
-    Token at position p of a sequence lives in flat slot block_table[p // block_size] *
-    block_size + p % block_size; the scheduler's block manager owns which blocks are whose.
-    """
-
-    k: Tensor
-    v: Tensor
-
-    @classmethod
-    def allocate(
-        cls,
-        config: ModelConfig,
-        num_blocks: int,
-        block_size: int = 16,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-    ) -> PagedKvCache:
-        shape = (config.n_layers, num_blocks, block_size, config.n_kv_heads, config.head_dim)
-        if torch.device(device).type == "cpu":
-            return cls(_lazy_zeros(shape, dtype), _lazy_zeros(shape, dtype))
-        return cls(
-            torch.zeros(shape, dtype=dtype, device=device),
-            torch.zeros(shape, dtype=dtype, device=device),
-        )
-
-    @property
-    def num_blocks(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def block_size(self) -> int:
-        return self.k.shape[2]
-
-    def layer_slots(self, layer: int) -> tuple[Tensor, Tensor]:
-        """Layer `layer`'s K and V as [num_blocks * block_size, n_kv_heads, head_dim] views."""
-        n_kv, head_dim = self.k.shape[3], self.k.shape[4]
-        return self.k[layer].view(-1, n_kv, head_dim), self.v[layer].view(-1, n_kv, head_dim)
 
 
 @dataclass
@@ -392,14 +349,3 @@ class LlamaModel:
         # A row that starts at position 0 has all its keys in this step's fresh K/V.
         slots = None if ctx == n_q else table[key_pos // bs] * bs + key_pos % bs
         return _PrefillRow(start, end, slots, mask)
-
-
-def _lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    """Zeroed CPU memory that the OS commits page by page as it is first written.
-
-    An anonymous mapping is zero by contract and costs resident memory only where KV blocks have
-    been written, so a pool sized for every sequence's full context is cheap until it is used.
-    """
-    count = math.prod(shape)
-    nbytes = count * torch.empty((), dtype=dtype).element_size()
-    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=count).view(shape)

@@ -25,7 +25,8 @@ from torch import Tensor
 
 from met.config import EngineConfig
 from met.engine.kv_budget import kv_dtype
-from met.model.llama import LlamaModel, PagedKvCache
+from met.model.kv_cache import PagedKvCache
+from met.model.llama import LlamaModel
 from met.models import load_model
 from met.parallel import dist as tp
 from met.parallel import protocol
