@@ -11,8 +11,10 @@ from safetensors.torch import save_file
 from tokenizers import pre_tokenizers
 
 from met.model.config import ModelConfig
+from met.model.cpu_llama import CpuLlama, unsupported_reason
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import LlamaModel
+from met.models import load_model
 
 HF_NAMES = {
     "attn_norm": "input_layernorm.weight",
@@ -206,3 +208,15 @@ def byte_tokenizer_json() -> str:
             "model": model,
         }
     )
+
+
+def paged_forwards(path) -> list[tuple[str, PagedRunner]]:
+    """(name, runner) for every forward the engine can run on the model file at `path`: torch,
+    and the C++ CPU forward where it takes the model."""
+    _, model, _ = load_model(path, device="cpu", weight_format="auto")
+    runners = [("torch", PagedRunner(model, num_blocks=32, block_size=4, seed=1))]
+    if unsupported_reason(model) is None:
+        cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
+        cpp.model = CpuLlama(model, cpp.cache)
+        runners.append(("cpp", cpp))
+    return runners

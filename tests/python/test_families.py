@@ -9,12 +9,11 @@ import gguf
 import pytest
 import torch
 from family_fixtures import FAMILIES, Q, write_family_gguf, write_family_hf
-from model_fixtures import PagedRunner
+from model_fixtures import paged_forwards
 
 import met
 from met.gguf_loader import load_gguf
 from met.model.config import ModelLoadError
-from met.model.cpu_llama import CpuLlama, unsupported_reason
 from met.model.reference import reference_logits
 from met.models import load_model
 
@@ -41,17 +40,6 @@ def _source(tmp_path, family: str, kind: str):
     return path, config, weights
 
 
-def _forwards(path):
-    """(name, runner) for every forward the engine can run on this file."""
-    _, model, _ = load_model(path, device="cpu", weight_format="auto")
-    runners = [("torch", PagedRunner(model, num_blocks=32, block_size=4, seed=1))]
-    if unsupported_reason(model) is None:
-        cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
-        cpp.model = CpuLlama(model, cpp.cache)
-        runners.append(("cpp", cpp))
-    return runners
-
-
 @pytest.mark.parametrize("kind", ["q8_0", "f32", "hf"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_paged_forwards_match_the_dense_reference(tmp_path, family, kind):
@@ -63,7 +51,7 @@ def test_paged_forwards_match_the_dense_reference(tmp_path, family, kind):
         config, weights = load_gguf(path)
     want = {name: reference_logits(config, weights, seq) for name, seq in SEQS.items()}
     names = []
-    for name, runner in _forwards(path):
+    for name, runner in paged_forwards(path):
         names.append(name)
         got: dict[str, list[torch.Tensor]] = {n: [] for n in SEQS}
         for rows in STEPS:

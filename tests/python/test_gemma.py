@@ -21,11 +21,11 @@ from gemma_fixtures import (
     write_gemma_hf,
 )
 from gemma_reference import gemma_logits
-from model_fixtures import PagedRunner
+from model_fixtures import PagedRunner, paged_forwards
 from server_harness import start_server
 
 import met
-from met.model.cpu_llama import CpuLlama, unsupported_reason
+from met.model.cpu_llama import CpuLlama
 from met.models import load_model
 
 # Tolerances on logits, as a share of the largest |logit|. Float weights agree with the
@@ -56,16 +56,6 @@ def _source(tmp_path, family: str, kind: str):
     return path, config, weights
 
 
-def _forwards(path):
-    _, model, _ = load_model(path, device="cpu", weight_format="auto")
-    runners = [("torch", PagedRunner(model, num_blocks=32, block_size=4, seed=1))]
-    if unsupported_reason(model) is None:
-        cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
-        cpp.model = CpuLlama(model, cpp.cache)
-        runners.append(("cpp", cpp))
-    return runners
-
-
 def _whole(steps, seq: str) -> list[int]:
     return [t for rows in steps for name, tokens in rows if name == seq for t in tokens]
 
@@ -76,7 +66,7 @@ def test_paged_forwards_match_the_reference(tmp_path, family, kind):
     path, config, weights = _source(tmp_path, family, kind)
     want = {seq: gemma_logits(config, weights, _whole(STEPS, seq)) for seq in SEQS}
     names = []
-    for name, runner in _forwards(path):
+    for name, runner in paged_forwards(path):
         names.append(name)
         got: dict[str, list[torch.Tensor]] = {n: [] for n in SEQS}
         for rows in STEPS:
