@@ -220,3 +220,21 @@ def paged_forwards(path) -> list[tuple[str, PagedRunner]]:
         cpp.model = CpuLlama(model, cpp.cache)
         runners.append(("cpp", cpp))
     return runners
+
+
+def assert_forwards_match(path, steps, want: dict[str, torch.Tensor], tol: float) -> list[str]:
+    """Run `steps` (lists of (sequence, new tokens) rows) through every forward of the file at
+    `path` and assert each sequence's logits are within tol x its largest |logit| of `want`, with
+    the same argmax everywhere; returns the forwards' names."""
+    names = []
+    for name, runner in paged_forwards(path):
+        names.append(name)
+        got: dict[str, list[torch.Tensor]] = {seq: [] for seq in want}
+        for rows in steps:
+            for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
+                got[seq].append(logits)
+        for seq, parts in got.items():
+            logits, atol = torch.cat(parts), tol * want[seq].abs().max().item()
+            torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
+            assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
+    return names

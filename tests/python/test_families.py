@@ -9,7 +9,7 @@ import gguf
 import pytest
 import torch
 from family_fixtures import FAMILIES, Q, write_family_gguf, write_family_hf
-from model_fixtures import paged_forwards
+from model_fixtures import assert_forwards_match
 
 import met
 from met.gguf_loader import load_gguf
@@ -50,17 +50,7 @@ def test_paged_forwards_match_the_dense_reference(tmp_path, family, kind):
     if kind == "q8_0":
         config, weights = load_gguf(path)
     want = {name: reference_logits(config, weights, seq) for name, seq in SEQS.items()}
-    names = []
-    for name, runner in paged_forwards(path):
-        names.append(name)
-        got: dict[str, list[torch.Tensor]] = {n: [] for n in SEQS}
-        for rows in STEPS:
-            for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
-                got[seq].append(logits)
-        for seq, parts in got.items():
-            logits, atol = torch.cat(parts), TOL[kind] * want[seq].abs().max().item()
-            torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
-            assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
+    names = assert_forwards_match(path, STEPS, want, TOL[kind])
     assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 

@@ -21,7 +21,7 @@ from gemma_fixtures import (
     write_gemma_hf,
 )
 from gemma_reference import gemma_logits
-from model_fixtures import PagedRunner, paged_forwards
+from model_fixtures import PagedRunner, assert_forwards_match
 from server_harness import start_server
 
 import met
@@ -65,17 +65,7 @@ def _whole(steps, seq: str) -> list[int]:
 def test_paged_forwards_match_the_reference(tmp_path, family, kind):
     path, config, weights = _source(tmp_path, family, kind)
     want = {seq: gemma_logits(config, weights, _whole(STEPS, seq)) for seq in SEQS}
-    names = []
-    for name, runner in paged_forwards(path):
-        names.append(name)
-        got: dict[str, list[torch.Tensor]] = {n: [] for n in SEQS}
-        for rows in STEPS:
-            for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
-                got[seq].append(logits)
-        for seq, parts in got.items():
-            logits, atol = torch.cat(parts), TOL[kind] * want[seq].abs().max().item()
-            torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
-            assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
+    names = assert_forwards_match(path, STEPS, want, TOL[kind])
     assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 
