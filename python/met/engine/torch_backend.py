@@ -8,30 +8,18 @@ from __future__ import annotations
 
 import math
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 
 import torch
 
 from met import _core
 from met.constraints import MaskPrefetch, SequenceGrammar
+from met.engine.forward_rows import Row, decode_rows, pack_rows, slice_row, verify_rows
 from met.engine.kernel_sampling import kernel_params, kernel_samples
 from met.engine.prompt_logprobs import PromptScores
 from met.model.sampler import SampleSpec, sample
 
 # Calls the scheduler issues for the trace's sake that mean nothing to a single-process dense
 # model (streams/events on CPU, EP words, SSM checkpoints) are inherited no-ops from _core.Backend.
-
-
-@dataclass
-class _Row:
-    """One row of a packed forward: `tokens` written at positions start.. of `seq`. A draft
-    row's tokens are not final until the scheduler says how many stand (commit_accepted_prefix),
-    so its blocks are not hashed into the prefix cache before that."""
-
-    seq: _core.Sequence
-    tokens: list[int]
-    start: int
-    draft: bool = False
 
 
 class TorchBackend(_core.Backend):
@@ -142,34 +130,30 @@ class TorchBackend(_core.Backend):
     # --- forwards ---
     def prefill(self, seq: _core.Sequence, prompt: list[int], stream: int) -> None:
         start = seq.seq_len
-        self._forward([_Row(seq, list(prompt[start:]), start)], stream)
+        self._forward([Row(seq, list(prompt[start:]), start)], stream)
 
     def prefill_chunk(self, seq, prompt, start, length, last, stream) -> None:
-        self._forward([_Row(seq, list(prompt[start : start + length]), start)], stream)
+        self._forward([Row(seq, list(prompt[start : start + length]), start)], stream)
 
     def mixed_forward(self, decode_seqs, decode_tokens, prefill_slice, stream) -> None:
-        rows = self._decode_rows(decode_seqs, decode_tokens) + [_slice_row(prefill_slice)]
+        rows = decode_rows(decode_seqs, decode_tokens) + [slice_row(prefill_slice)]
         self._forward(rows, stream)
 
     def mixed_forward_batch(self, decode_seqs, decode_tokens, slices, stream) -> None:
-        rows = self._decode_rows(decode_seqs, decode_tokens)
-        self._forward(rows + [_slice_row(s) for s in slices], stream)
+        rows = decode_rows(decode_seqs, decode_tokens)
+        self._forward(rows + [slice_row(s) for s in slices], stream)
 
     def prefill_batch_chunk(self, slices, stream) -> None:
-        self._forward([_slice_row(s) for s in slices], stream)
+        self._forward([slice_row(s) for s in slices], stream)
 
     def decode_batch(self, tokens, seqs, stream) -> None:
-        self._forward(self._decode_rows(seqs, tokens), stream)
-
-    @staticmethod
-    def _decode_rows(seqs, tokens) -> list[_Row]:
-        return [_Row(seq, [int(tok)], seq.seq_len) for seq, tok in zip(seqs, tokens, strict=True)]
+        self._forward(decode_rows(seqs, tokens), stream)
 
     def decode_verify_batched(self, tokens, ks, seqs, stream, argmax) -> list[int]:
         """Every position of every row gets a logits row (row i of the forward is packed token
         i). The packed forward computes each token's row on its own, so a verify position's
         logits are the ones a one-token decode at that position would give."""
-        rows = self._verify_rows(tokens, ks, seqs)
+        rows = verify_rows(tokens, ks, seqs)
         self._forward(rows, stream, spread=len(rows))
         if not argmax:
             return []
@@ -178,16 +162,8 @@ class TorchBackend(_core.Backend):
 
     def mixed_verify_batch(self, tokens, ks, seqs, slices, stream) -> None:
         """The verify rows as decode_verify_batched lays them out, then one row per slice."""
-        rows = self._verify_rows(tokens, ks, seqs)
-        self._forward(rows + [_slice_row(s) for s in slices], stream, spread=len(rows))
-
-    @staticmethod
-    def _verify_rows(tokens, ks, seqs) -> list[_Row]:
-        rows, off = [], 0
-        for seq, k in zip(seqs, ks, strict=True):
-            rows.append(_Row(seq, [int(t) for t in tokens[off : off + 1 + k]], seq.seq_len, k > 0))
-            off += 1 + k
-        return rows
+        rows = verify_rows(tokens, ks, seqs)
+        self._forward(rows + [slice_row(s) for s in slices], stream, spread=len(rows))
 
     def commit_accepted_prefix(self, seq: _core.Sequence, na: int, k: int) -> None:
         seq_id = seq.session_hash
@@ -197,7 +173,7 @@ class TorchBackend(_core.Backend):
         self.blocks.rollback(seq_id, len(history))
         self.blocks.commit(seq_id, history)
 
-    def _forward(self, rows: list[_Row], stream: int, spread: int = 0) -> None:
+    def _forward(self, rows: list[Row], stream: int, spread: int = 0) -> None:
         tables = [self._reserve(row) for row in rows]
         if self.constraints:
             self._prefetch_masks(rows)
@@ -221,7 +197,7 @@ class TorchBackend(_core.Backend):
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 
-    def _scored_rows(self, rows: list[_Row]) -> dict[int, PromptScores]:
+    def _scored_rows(self, rows: list[Row]) -> dict[int, PromptScores]:
         """Rows (by index) whose every position's logits score a prompt."""
         if not self.prompt_scores:
             return {}
@@ -234,7 +210,7 @@ class TorchBackend(_core.Backend):
 
     def _score_prompts(
         self,
-        rows: list[_Row],
+        rows: list[Row],
         tables: list[list[int]],
         scored: dict[int, PromptScores],
         spread: int,
@@ -257,7 +233,7 @@ class TorchBackend(_core.Backend):
             scores.add(rows[i].start, logits[spans[i][0] : spans[i][1]])
         return logits[torch.tensor(keep, device=logits.device)]
 
-    def _prefetch_masks(self, rows: list[_Row]) -> None:
+    def _prefetch_masks(self, rows: list[Row]) -> None:
         """Each constrained row's matcher takes the output this forward writes (a decode row's
         first token is the one sampled last step; draft tokens after it are not output yet),
         then its next masks start computing."""
@@ -278,39 +254,11 @@ class TorchBackend(_core.Backend):
         return self.model.forward(self.kv_cache, **inputs)
 
     def _pack(
-        self, rows: list[_Row], tables: list[list[int]], spread: int = 0
+        self, rows: list[Row], tables: list[list[int]], spread: int = 0
     ) -> dict[str, torch.Tensor]:
-        """Packs variable-length rows into the flat tensors of one batched paged forward; the
-        first `spread` rows get a logits row per position, the others one for their last."""
-        block_size = self.blocks.block_size()
-        ids, positions, slots, query_lens = [], [], [], []
-        for row, table in zip(rows, tables, strict=True):
-            span = range(row.start, row.start + len(row.tokens))
-            ids.extend(row.tokens)
-            positions.extend(span)
-            slots.extend(table[p // block_size] * block_size + p % block_size for p in span)
-            query_lens.append(len(row.tokens))
-        width = max(len(t) for t in tables)
-        padded = [t + [0] * (width - len(t)) for t in tables]
-        cu = [0]
-        for n in query_lens:
-            cu.append(cu[-1] + n)
-        device = self.model.device
-        as_long = {"dtype": torch.int64, "device": device}
-        as_int = {"dtype": torch.int32, "device": device}
-        return {
-            "input_ids": torch.tensor(ids, **as_long),
-            "positions": torch.tensor(positions, **as_long),
-            "slot_mapping": torch.tensor(slots, **as_long),
-            "block_tables": torch.tensor(padded, **as_int),
-            "seq_lens": torch.tensor([r.start + len(r.tokens) for r in rows], **as_int),
-            "cu_seqlens": torch.tensor(cu, **as_int),
-            "logits_rows": torch.tensor(
-                list(range(cu[spread])) + [c - 1 for c in cu[spread + 1 :]], **as_long
-            ),
-        }
+        return pack_rows(rows, tables, self.blocks.block_size(), self.model.device, spread)
 
-    def _reserve(self, row: _Row) -> list[int]:
+    def _reserve(self, row: Row) -> list[int]:
         """Grows the row's block table to cover its new tokens, or raises KvExhausted."""
         seq_id = row.seq.session_hash
         if not self.blocks.has(seq_id):
@@ -319,7 +267,7 @@ class TorchBackend(_core.Backend):
             raise _core.KvExhausted("KV cache exhausted")
         return self.blocks.table(seq_id)
 
-    def _advance(self, row: _Row, table: list[int]) -> None:
+    def _advance(self, row: Row, table: list[int]) -> None:
         # The token history lives here only (the sampler's penalties read it); nothing in the core
         # reads Sequence.tokens for this backend, so it is not copied across every step.
         seq_id = row.seq.session_hash
@@ -389,11 +337,6 @@ class TorchBackend(_core.Backend):
             stop_tokens=list(row.stop_tokens),
             mask=mask,
         )
-
-
-def _slice_row(piece: _core.PrefillSlice) -> _Row:
-    prompt = piece.prompt
-    return _Row(piece.seq, list(prompt[piece.start : piece.start + piece.len]), piece.start)
 
 
 def _cuda_streams(device: torch.device):
