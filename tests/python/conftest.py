@@ -53,3 +53,27 @@ def cpu_path(request: pytest.FixtureRequest):
         _core.cpu.set_amx_emulation(False)
         _core.cpu.set_amx_min_rows(16)
         _core.cpu.set_cpu_path(before)
+
+
+@pytest.fixture(scope="session")
+def agent_proc():
+    """One `met serve` on the default model for the Anthropic / Responses end-to-end modules."""
+    from agent_clients import agent_server
+
+    proc = agent_server()
+    yield proc
+    assert proc.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def claude(agent_proc):
+    from agent_clients import claude_client
+
+    return claude_client(agent_proc)
+
+
+@pytest.fixture(scope="session")
+def oai(agent_proc):
+    from agent_clients import openai_client
+
+    return openai_client(agent_proc)

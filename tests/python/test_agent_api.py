@@ -8,30 +8,13 @@ import time
 import anthropic
 import httpx
 import pytest
-from agent_clients import GREEDY, agent_server, claude_client, openai_client, wire
+from agent_clients import GREEDY, wire
 from server_harness import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 ASK = "Name three colours."
 BILLING = "x-anthropic-billing-header: cc_version=2.1.177.01c; cc_entrypoint=cli; cch={};"
-
-
-@pytest.fixture(scope="module")
-def server():
-    proc = agent_server()
-    yield proc
-    assert proc.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def claude(server: ServerProcess) -> anthropic.Anthropic:
-    return claude_client(server)
-
-
-@pytest.fixture(scope="module")
-def oai(server: ServerProcess):
-    return openai_client(server)
 
 
 def test_messages_create_and_stream_agree(claude: anthropic.Anthropic) -> None:
@@ -68,7 +51,7 @@ def test_messages_stop_sequence_is_named(claude: anthropic.Anthropic) -> None:
     assert stopped.content[0].text == text[: text.index(word)]
 
 
-def test_messages_stream_order_on_thewire(server: ServerProcess) -> None:
+def test_messages_stream_order_on_thewire(agent_proc: ServerProcess) -> None:
     body = {
         "model": "m",
         "max_tokens": 6,
@@ -76,7 +59,7 @@ def test_messages_stream_order_on_thewire(server: ServerProcess) -> None:
         "stream": True,
         "messages": [{"role": "user", "content": ASK}],
     }
-    events = wire(server, "/v1/messages?beta=true", body)
+    events = wire(agent_proc, "/v1/messages?beta=true", body)
     names = [name for name, _ in events]
     assert names[:2] == ["message_start", "ping"] and names[-2:] == [
         "message_delta",
@@ -139,7 +122,7 @@ def test_claude_code_shaped_request_hits_the_prefix_cache(claude: anthropic.Anth
     assert second.usage.input_tokens + second.usage.cache_read_input_tokens == prompt
 
 
-def test_messages_errors_in_anthropic_shape(server: ServerProcess) -> None:
+def test_messages_errors_in_anthropic_shape(agent_proc: ServerProcess) -> None:
     base = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]}
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}
     cases = [
@@ -150,12 +133,12 @@ def test_messages_errors_in_anthropic_shape(server: ServerProcess) -> None:
             "invalid_request_error",
         ),
     ]
-    with server.http() as http:
+    with agent_proc.http() as http:
         for body, status, kind in cases:
             response = http.post("/v1/messages", json=body)
             assert response.status_code == status and response.headers["request-id"]
             assert response.json()["type"] == "error" and response.json()["error"]["type"] == kind
-        refused = httpx.post(server.url + "/v1/messages", json=base, timeout=10)
+        refused = httpx.post(agent_proc.url + "/v1/messages", json=base, timeout=10)
         assert refused.status_code == 401
         assert refused.json()["error"]["type"] == "authentication_error"
         assert "no vision" in http.post("/v1/messages", json=cases[1][0]).json()["error"]["message"]
@@ -183,9 +166,9 @@ def test_responses_create_store_and_continue(oai) -> None:
     assert getattr(e.value, "status_code", None) == 404
 
 
-def test_responses_stream_events(server: ServerProcess, oai) -> None:
+def test_responses_stream_events(agent_proc: ServerProcess, oai) -> None:
     body = {"model": "m", "input": ASK, "max_output_tokens": 6, "temperature": 0, "stream": True}
-    events = [data for _, data in wire(server, "/v1/responses", body)]
+    events = [data for _, data in wire(agent_proc, "/v1/responses", body)]
     numbers = [e["sequence_number"] for e in events]
     assert numbers == sorted(set(numbers))
     kinds = [e["type"] for e in events]
@@ -204,9 +187,9 @@ def test_responses_stream_events(server: ServerProcess, oai) -> None:
     assert typed[-1].response.output_text == text
 
 
-def test_responses_prompt_over_the_context_fails_in_the_stream(server: ServerProcess) -> None:
+def test_responses_prompt_over_the_context_fails_in_the_stream(agent_proc: ServerProcess) -> None:
     body = {"model": "m", "input": "word " * 1500, "stream": True}
-    events = [data for _, data in wire(server, "/v1/responses", body)]
+    events = [data for _, data in wire(agent_proc, "/v1/responses", body)]
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["code"] == "context_length_exceeded"
 
@@ -262,8 +245,8 @@ def test_codex_shaped_request_repeats_from_the_cache(oai) -> None:
     assert getattr(e.value, "status_code", None) == 404
 
 
-def test_responses_bad_input_is_a_400_naming_it(server: ServerProcess) -> None:
-    with server.http() as http:
+def test_responses_bad_input_is_a_400_naming_it(agent_proc: ServerProcess) -> None:
+    with agent_proc.http() as http:
         response = http.post(
             "/v1/responses", json={"input": [{"type": "item_reference", "id": "x"}]}
         )
@@ -289,8 +272,8 @@ def test_same_greedy_text_through_chat_messages_and_responses(claude, oai) -> No
     assert chat.choices[0].message.content == message.content[0].text == response.output_text
 
 
-def _leave_early(server: ServerProcess, path: str, body: dict) -> None:
-    with server.http(timeout=60) as http, http.stream("POST", path, json=body) as response:
+def _leave_early(agent_proc: ServerProcess, path: str, body: dict) -> None:
+    with agent_proc.http(timeout=60) as http, http.stream("POST", path, json=body) as response:
         for line in response.iter_lines():
             if "_delta" in line or "output_text.delta" in line:
                 break
@@ -307,11 +290,11 @@ def _leave_early(server: ServerProcess, path: str, body: dict) -> None:
     ],
 )
 def test_disconnect_mid_stream_frees_the_sequence(
-    server: ServerProcess, path: str, body: dict
+    agent_proc: ServerProcess, path: str, body: dict
 ) -> None:
-    _leave_early(server, path, {**body, "model": "m", "stream": True, "temperature": 0})
+    _leave_early(agent_proc, path, {**body, "model": "m", "stream": True, "temperature": 0})
     deadline = time.monotonic() + 5.0
-    with server.http() as http:
+    with agent_proc.http() as http:
         while True:
             stats = http.get("/status").json()["stats"]
             if stats["kv_blocks_used"] == stats["running"] == stats["waiting"] == 0:

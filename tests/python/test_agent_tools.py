@@ -7,30 +7,12 @@ import json
 
 import anthropic
 import pytest
-from agent_clients import GREEDY, agent_server, claude_client, openai_client, wire
+from agent_clients import GREEDY, wire
 from server_harness import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 ASK = "Name three colours."
-
-
-@pytest.fixture(scope="module")
-def server():
-    proc = agent_server()
-    yield proc
-    assert proc.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def claude(server: ServerProcess) -> anthropic.Anthropic:
-    return claude_client(server)
-
-
-@pytest.fixture(scope="module")
-def oai(server: ServerProcess):
-    return openai_client(server)
-
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -97,7 +79,7 @@ OSLO = [{"role": "user", "content": "What is the weather in Oslo?"}]
 
 
 def test_forced_tool_use_through_messages(
-    server: ServerProcess, claude: anthropic.Anthropic
+    agent_proc: ServerProcess, claude: anthropic.Anthropic
 ) -> None:
     kwargs = dict(
         model="m",
@@ -116,7 +98,7 @@ def test_forced_tool_use_through_messages(
         final = stream.get_final_message()
     assert final.content[-1].input == call.input and final.stop_reason == "tool_use"
     body = {**{k: v for k, v in kwargs.items() if k != "extra_body"}, **GREEDY, "stream": True}
-    events = wire(server, "/v1/messages", body)
+    events = wire(agent_proc, "/v1/messages", body)
     start = next(
         d
         for n, d in events
@@ -146,15 +128,16 @@ def test_forced_tool_use_through_messages(
     assert again.content
 
 
-def test_forced_function_call_round_trip_through_responses(oai) -> None:
-    first = oai.responses.create(
-        model="m",
-        input=OSLO,
-        tools=[WEATHER_FN],
-        tool_choice={"type": "function", "name": "get_weather"},
-        max_output_tokens=40,
-        temperature=0,
+def _respond(oai, tools: list, tool_choice="required", input=None, **extra):
+    """A greedy Responses call offering `tools` (to the Oslo weather question by default)."""
+    extra.setdefault("max_output_tokens", 40)
+    return oai.responses.create(
+        model="m", input=input or OSLO, tools=tools, tool_choice=tool_choice, temperature=0, **extra
     )
+
+
+def test_forced_function_call_round_trip_through_responses(oai) -> None:
+    first = _respond(oai, [WEATHER_FN], {"type": "function", "name": "get_weather"})
     call = first.output[-1]
     assert call.type == "function_call" and call.name == "get_weather"
     assert call.id.startswith("fc_") and call.call_id
@@ -168,15 +151,7 @@ def test_forced_function_call_round_trip_through_responses(oai) -> None:
         temperature=0,
     )
     assert answer.output and answer.usage.input_tokens > first.usage.input_tokens
-    stream = oai.responses.create(
-        model="m",
-        input=OSLO,
-        tools=[WEATHER_FN],
-        tool_choice="required",
-        max_output_tokens=40,
-        temperature=0,
-        stream=True,
-    )
+    stream = _respond(oai, [WEATHER_FN], stream=True)
     events = list(stream)
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
     deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
@@ -185,14 +160,9 @@ def test_forced_function_call_round_trip_through_responses(oai) -> None:
 
 def test_forced_custom_and_namespaced_calls(oai) -> None:
     patch = {"type": "custom", "name": "apply_patch", "description": "Apply a patch to files"}
-    custom = oai.responses.create(
-        model="m",
-        input=[{"role": "user", "content": "Add a README."}],
-        tools=[patch, {"type": "web_search"}],
-        tool_choice={"type": "custom", "name": "apply_patch"},
-        max_output_tokens=60,
-        temperature=0,
-    )
+    readme = [{"role": "user", "content": "Add a README."}]
+    choice = {"type": "custom", "name": "apply_patch"}
+    custom = _respond(oai, [patch, {"type": "web_search"}], choice, readme, max_output_tokens=60)
     item = custom.output[-1]
     assert item.type == "custom_tool_call" and item.name == "apply_patch"
     assert isinstance(item.input, str) and item.call_id
@@ -202,14 +172,7 @@ def test_forced_custom_and_namespaced_calls(oai) -> None:
         "description": "Weather tools",
         "tools": [{**WEATHER_FN, "name": "today"}],
     }
-    namespaced = oai.responses.create(
-        model="m",
-        input=OSLO,
-        tools=[namespace],
-        tool_choice="required",
-        max_output_tokens=40,
-        temperature=0,
-    )
+    namespaced = _respond(oai, [namespace])
     call = namespaced.output[-1]
     assert (call.type, call.name, call.namespace) == ("function_call", "today", "weather")
 
@@ -232,14 +195,7 @@ def test_same_greedy_tool_call_through_chat_messages_and_responses(claude, oai) 
         tools=[{"name": "get_weather", "input_schema": WEATHER}],
         tool_choice={"type": "any"},
     )
-    response = oai.responses.create(
-        model="m",
-        input=OSLO,
-        tools=[WEATHER_FN],
-        tool_choice="required",
-        max_output_tokens=40,
-        temperature=0,
-    )
+    response = _respond(oai, [WEATHER_FN])
     call = response.output[-1]
     assert chat_call.name == message.content[-1].name == call.name == "get_weather"
     assert (
