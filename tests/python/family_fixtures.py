@@ -10,6 +10,16 @@ from pathlib import Path
 import gguf
 import numpy as np
 import torch
+from gguf_writing import (
+    Q,
+    add_attention,
+    add_bpe_tokenizer,
+    add_shape,
+    bpe_vocab,
+    finish,
+    permute_qk,
+    store,
+)
 from model_fixtures import byte_tokenizer_json, random_weights, save_hf_folder, tiny_config
 from moe_fixtures import (
     MIXTRAL_TEMPLATE,
@@ -21,11 +31,9 @@ from moe_fixtures import (
     hf_experts,
 )
 from safetensors.torch import load_file, save_file
-from test_gguf import MERGES, SPECIALS, _permute, _vocab, random_blocks
 
 from met.model.config import ModelConfig
 
-Q = gguf.GGMLQuantizationType
 # A Qwen3-style chat template: the system turn, assistant turns with their reasoning dropped
 # from history, and an empty think block when thinking is switched off.
 QWEN3_TEMPLATE = """{%- for message in messages %}
@@ -133,17 +141,6 @@ def family_model(family: str, vocab: int, seed: int = 5, **shape: int) -> tuple[
     return config, weights
 
 
-def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> None:
-    array = w.numpy().astype(np.float32)
-    if qtype == Q.F32:
-        writer.add_tensor(name, array)
-    elif qtype in (Q.Q4_K, Q.Q6_K):  # gguf cannot quantize to these: random valid blocks
-        blocks = random_blocks(math.prod(array.shape[:-1]), array.shape[-1], qtype, len(name))
-        writer.add_tensor(name, blocks.reshape(*array.shape[:-1], -1), raw_dtype=qtype)
-    else:
-        writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
-
-
 def write_family_gguf(
     path: Path,
     family: str,
@@ -158,33 +155,19 @@ def write_family_gguf(
     keys added as uint32 values; a MoE's experts one tensor each with legacy_experts; `extra`
     tensors (F32) added as named."""
     spec = FAMILIES[family]
-    tokens = _vocab()
-    config, weights = family_model(family, len(tokens), **shape)
+    config, weights = family_model(family, len(bpe_vocab()), **shape)
     w = gguf.GGUFWriter(str(path), spec["arch"])
-    w.add_block_count(config.n_layers)
-    w.add_context_length(config.context_length)
-    w.add_embedding_length(config.hidden)
-    w.add_feed_forward_length(config.ffn)
-    w.add_head_count(config.n_heads)
-    w.add_head_count_kv(config.n_kv_heads)
-    w.add_key_length(config.head_dim)
-    w.add_value_length(config.head_dim)
-    w.add_rope_freq_base(config.rope_theta)
-    w.add_layer_norm_rms_eps(config.norm_eps)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(2)
+    add_shape(w, config.n_layers, config.context_length, config.hidden, config.ffn)
+    c = config
+    add_attention(w, c.n_heads, c.n_kv_heads, c.rope_theta, c.norm_eps, head_dim=c.head_dim)
+    add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
     w.add_chat_template(spec["template"])
     for key, value in (metadata or {}).items():
         w.add_uint32(key, value)
-    _store(w, "token_embd.weight", weights["embed"], qtype)
+    store(w, "token_embd.weight", weights["embed"], qtype)
     if "lm_head" in weights:
-        _store(w, "output.weight", weights["lm_head"], qtype)
-    _store(w, "output_norm.weight", weights["norm"], Q.F32)
+        store(w, "output.weight", weights["lm_head"], qtype)
+    store(w, "output_norm.weight", weights["norm"], Q.F32)
     if family == "phi3":
         _phi3_gguf_extras(w, config)
     layers = _gguf_layers(family, weights)
@@ -192,21 +175,18 @@ def write_family_gguf(
         add_gguf_metadata(w, config, spec["arch"])
         for name, tensor in gguf_experts(layers, config, legacy_experts).items():
             # llama.cpp keeps the router in F32; the experts are quantized like the rest.
-            _store(w, name, tensor, Q.F32 if "gate_inp" in name else qtype)
+            store(w, name, tensor, Q.F32 if "gate_inp" in name else qtype)
     for name, tensor in layers.items():
         short = name.rsplit(".", 1)[-1]
         kind = qtype if short in _LINEAR or short in ("qkv", "gate_up") else Q.F32
         if spec["arch"] == "llama" and short in ("wq", "wk"):
             heads = config.n_heads if short == "wq" else config.n_kv_heads
-            tensor = torch.from_numpy(_permute(tensor.numpy(), heads))
+            tensor = torch.from_numpy(permute_qk(tensor.numpy(), heads))
         i = name.split(".")[1]
-        _store(w, f"blk.{i}.{_GGUF_LAYER[short]}", tensor, kind)
+        store(w, f"blk.{i}.{_GGUF_LAYER[short]}", tensor, kind)
     for name, tensor in (extra or {}).items():
-        _store(w, name, tensor, Q.F32)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        store(w, name, tensor, Q.F32)
+    finish(w)
     return config, weights
 
 

@@ -10,11 +10,10 @@ from pathlib import Path
 import gguf
 import numpy as np
 import torch
+from gguf_writing import Q, add_attention, add_bpe_tokenizer, add_shape, bpe_vocab, finish, store
 from model_fixtures import byte_tokenizer_json
 from safetensors.torch import save_file
-from test_gguf import MERGES
 
-Q = gguf.GGMLQuantizationType
 WINDOW = 6  # short, so the tests' sequences run past it
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
 # A Gemma-3-style template: a system message is folded into the first user turn, the assistant
@@ -91,13 +90,8 @@ _HF_TO_GGUF = {
 }
 
 
-def vocab() -> list[str]:
-    alphabet = [chr(c) for c in range(33, 127)] + ["Ġ", "Ċ"]
-    return SPECIALS + alphabet + ["".join(m.split()) for m in MERGES]
-
-
 def gemma_config(family: str, **overrides: object) -> dict:
-    return {**_COMMON, "vocab_size": len(vocab()), **CONFIGS[family], **overrides}
+    return {**_COMMON, "vocab_size": len(bpe_vocab(SPECIALS)), **CONFIGS[family], **overrides}
 
 
 def gemma_weights(config: dict, seed: int = 7, varied: bool = False) -> dict[str, torch.Tensor]:
@@ -162,14 +156,6 @@ def gguf_name(hf_name: str) -> str:
     return f"blk.{i}.{_HF_TO_GGUF[rest.removesuffix('.weight')]}.weight"
 
 
-def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> None:
-    array = w.numpy().astype(np.float32)
-    if qtype == Q.F32:
-        writer.add_tensor(name, array)
-    else:
-        writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
-
-
 def write_gemma_gguf(
     path: Path, family: str, qtype: Q = Q.Q8_0, varied: bool = False, **overrides: object
 ) -> tuple[dict, dict]:
@@ -178,16 +164,15 @@ def write_gemma_gguf(
     weights = gemma_weights(config, varied=varied)
     c = config
     w = gguf.GGUFWriter(str(path), family)
-    w.add_block_count(c["num_hidden_layers"])
-    w.add_context_length(c["max_position_embeddings"])
-    w.add_embedding_length(c["hidden_size"])
-    w.add_feed_forward_length(c["intermediate_size"])
-    w.add_head_count(c["num_attention_heads"])
-    w.add_head_count_kv(c["num_key_value_heads"])
-    w.add_key_length(c["head_dim"])
-    w.add_value_length(c["head_dim"])
-    w.add_rope_freq_base(c["rope_theta"])
-    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    add_shape(
+        w,
+        c["num_hidden_layers"],
+        c["max_position_embeddings"],
+        c["hidden_size"],
+        c["intermediate_size"],
+    )
+    heads = (c["num_attention_heads"], c["num_key_value_heads"])
+    add_attention(w, *heads, c["rope_theta"], c["rms_norm_eps"], head_dim=c["head_dim"])
     w.add_sliding_window(c["sliding_window"])
     if family == "gemma2":
         # Absent keys mean llama.cpp's defaults (50, 30); a cap of 0 switches it off.
@@ -197,23 +182,13 @@ def write_gemma_gguf(
         w.add_sliding_window_pattern(3)  # layers 0, 1 slide, 2 is global
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(c["rope_scaling"]["factor"])
-    tokens = vocab()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(2)
-    w.add_eos_token_id(1)
+    add_bpe_tokenizer(w, "default", bos=2, eos=1, specials=SPECIALS)
     w.add_add_bos_token(False)  # the template writes BOS
     w.add_chat_template(TEMPLATE)
     for name, tensor in weights.items():
         norm = name.endswith("norm.weight")
-        _store(w, gguf_name(name), tensor + 1.0 if norm else tensor, Q.F32 if norm else qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        store(w, gguf_name(name), tensor + 1.0 if norm else tensor, Q.F32 if norm else qtype)
+    finish(w)
     return config, weights
 
 

@@ -9,6 +9,7 @@ import gguf
 import pytest
 import torch
 from family_fixtures import FAMILIES, Q, write_family_gguf, write_family_hf
+from gguf_writing import finish
 from model_fixtures import assert_forwards_match
 
 import met
@@ -87,10 +88,7 @@ def test_an_unsupported_architecture_or_layer_tensor_is_one_clear_line(tmp_path)
     path = tmp_path / "odd.gguf"
     w = gguf.GGUFWriter(str(path), "rwkv7")
     w.add_block_count(1)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     with pytest.raises(ModelLoadError) as err:
         load_model(path, device="cpu")
     assert "'rwkv7'" in str(err.value) and "\n" not in str(err.value)

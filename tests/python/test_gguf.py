@@ -5,9 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 import torch
+from gguf_writing import (
+    Q,
+    add_attention,
+    add_bpe_tokenizer,
+    add_shape,
+    bpe_vocab,
+    finish,
+    permute_qk,
+    store,
+)
 from model_fixtures import random_weights, tiny_config
 
 import met
@@ -19,9 +28,6 @@ from met.models import load_model
 from met.sampling import SamplingParams
 from met.tokenizer import Tokenizer, byte_level_bytes
 
-Q = gguf.GGMLQuantizationType
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r"]
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -39,47 +45,6 @@ GGUF_NAMES = {
 }
 
 
-def _vocab() -> list[str]:
-    alphabet = [chr(c) for c in range(33, 127)] + ["Ġ", "Ċ"]  # byte-level space and newline
-    return SPECIALS + alphabet + ["".join(m.split()) for m in MERGES]
-
-
-def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """What llama.cpp's convert_hf_to_gguf does to Q/K rows for its interleaved RoPE."""
-    return (
-        w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(w.shape)
-    )
-
-
-def random_blocks(rows: int, cols: int, qtype: Q, seed: int = 0) -> np.ndarray:
-    """Valid blocks of a format gguf cannot quantize to (the K-quants): random quants and
-    scales, with every float16 scale field set to a small positive value."""
-    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (rows, cols // block_elems, block_bytes), dtype=np.uint8)
-    # Where each format keeps its float16 d (and dmin): first for Q4_K/Q5_K, last for Q6_K.
-    fields = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (block_bytes - 2,)}[qtype]
-    for offset in fields:
-        scale = rng.uniform(1e-3, 1e-2, raw.shape[:2]).astype(np.float16)
-        raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
-    return raw.reshape(rows, -1)
-
-
-def _store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> None:
-    array = w.numpy().astype(np.float32)
-    if qtype == Q.F32:
-        writer.add_tensor(name, array)
-    elif qtype == Q.F16:
-        writer.add_tensor(name, array.astype(np.float16))
-    elif qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
-        blocks = random_blocks(*array.shape, qtype, seed=len(name))
-        writer.add_tensor(name, blocks, raw_dtype=qtype)
-    else:
-        writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
-
-
 def write_tiny_gguf(
     path: Path,
     qtype: Q = Q.Q8_0,
@@ -90,44 +55,28 @@ def write_tiny_gguf(
 ) -> tuple:
     """A tiny Llama GGUF; its linear weights in `qtype` (w_down and the embedding in `down` when
     given, as Q4_K_M files keep some tensors in Q6_K); `shape` overrides tiny_config's sizes."""
-    tokens = _vocab()
-    config = tiny_config(vocab=len(tokens), tie_embeddings=tied, **shape)
+    config = tiny_config(vocab=len(bpe_vocab()), tie_embeddings=tied, **shape)
     weights = random_weights(config, seed=3)
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(config.n_layers)
-    w.add_context_length(config.context_length)
-    w.add_embedding_length(config.hidden)
-    w.add_feed_forward_length(config.ffn)
-    w.add_head_count(config.n_heads)
-    w.add_head_count_kv(config.n_kv_heads)
-    w.add_rope_freq_base(config.rope_theta)
-    w.add_layer_norm_rms_eps(config.norm_eps)
+    add_shape(w, config.n_layers, config.context_length, config.hidden, config.ffn)
+    add_attention(w, config.n_heads, config.n_kv_heads, config.rope_theta, config.norm_eps)
     if config.sliding_window:  # Mistral 7B v0.1-style (llama.cpp's converter never writes it)
         w.add_sliding_window(config.sliding_window)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_bpe_tokenizer(w, pre, bos=1, eos=2)
     w.add_chat_template(TEMPLATE)
-    _store(w, "token_embd.weight", weights["embed"], down or qtype)
+    store(w, "token_embd.weight", weights["embed"], down or qtype)
     if not tied:
-        _store(w, "output.weight", weights["lm_head"], qtype)
-    _store(w, "output_norm.weight", weights["norm"], Q.F32)
+        store(w, "output.weight", weights["lm_head"], qtype)
+    store(w, "output_norm.weight", weights["norm"], Q.F32)
     for i in range(config.n_layers):
         for short, name in GGUF_NAMES.items():
             tensor = weights[f"layers.{i}.{short}"]
             if short in ("wq", "wk"):
                 heads = config.n_heads if short == "wq" else config.n_kv_heads
-                tensor = torch.from_numpy(_permute(tensor.numpy(), heads))
+                tensor = torch.from_numpy(permute_qk(tensor.numpy(), heads))
             kind = Q.F32 if short.endswith("norm") else qtype
-            _store(w, f"blk.{i}.{name}", tensor, down if down and short == "w_down" else kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            store(w, f"blk.{i}.{name}", tensor, down if down and short == "w_down" else kind)
+    finish(w)
     return config, weights
 
 
@@ -157,7 +106,7 @@ def test_tokenizer_from_gguf(tmp_path):
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path)
     tok = Tokenizer.from_gguf(path)
-    vocab = _vocab()
+    vocab = bpe_vocab()
     ids = tok.encode("hello world")
     assert [vocab[i] for i in ids] == ["hello", "Ġw", "or", "l", "d"]
     assert tok.decode(ids) == "hello world"
@@ -210,10 +159,7 @@ def write_spm_gguf(path: Path) -> list[str]:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_add_bos_token(True)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return tokens
 
 
