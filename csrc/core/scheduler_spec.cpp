@@ -31,7 +31,8 @@ class SpecDecode : public DecodeStrategy {
 
   void begin_tick(double now) override {
     if (pending_.valid && now > last_now_) {
-      gate_.observe(pending_.bucket, pending_.mode, pending_.tokens, now - last_now_);
+      gate_.observe(pending_.bucket, pending_.mode, pending_.verified, pending_.tokens,
+                    now - last_now_);
     }
     pending_ = {};
     last_now_ = now;
@@ -51,12 +52,15 @@ class SpecDecode : public DecodeStrategy {
     bool any = false;
     if (mode == GateMode::Spec && k > 0) any = propose(sched, rows, k, drafts);
     const int64_t before = delivered(rows);
-    if (!any || !verify(sched, rows, drafts)) {
+    const bool verified = any && verify(sched, rows, drafts);
+    if (!verified) {
       ++stats_.plain_steps;
       plain_->step(sched, rows, alone);
     }
     // Preempted rows delivered nothing; what the others delivered is what the step is worth.
-    if (alone) pending_ = {true, bucket, mode, static_cast<int32_t>(delivered(rows) - before)};
+    if (alone) {
+      pending_ = {true, bucket, mode, verified, static_cast<int32_t>(delivered(rows) - before)};
+    }
   }
 
   // A fused step drafts as the bucket's current mode says (probes run in plain decode steps
@@ -103,6 +107,7 @@ class SpecDecode : public DecodeStrategy {
     bool valid = false;
     int32_t bucket = 0;
     GateMode mode = GateMode::Spec;
+    bool verified = false;  // a verify forward ran (else the plain step, drafts or not)
     int32_t tokens = 0;
   };
 
