@@ -22,6 +22,16 @@ namespace {
 // it sweeps the activation tiles, few enough that two threads split even a 576-column matmul.
 constexpr int64_t kColumnsPerChunk = 16;
 
+// Activation rows per panel: every 4-column tile sweeps all the rows of its panel, so a panel's
+// int8 rows (k bytes each) should stay in L2 meanwhile. Without panels a prefill of 8192 rows
+// streamed them from L3 for every tile, and took about twice the time per row that 512 rows take
+// (the default model's shapes, Zen 4 with 1 MB of L2 per core).
+constexpr int64_t kPanelBytes = 128 * 1024;
+int64_t panel_rows(int64_t k) {
+  const int64_t rows = kPanelBytes / k / 16 * 16;
+  return rows < 64 ? 64 : rows;
+}
+
 uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -256,15 +266,23 @@ void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::Quan
 
 void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
                       int64_t n, int64_t k, QType q, Isa isa) {
-  const detail::MatmulFn matmul = matmul_fn(isa, m);
   const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
+  const int64_t nb = k / kBlock;
+  const int64_t panel = panel_rows(k);
+  // Each panel is shared out on its own; the panels write disjoint rows of y, so no thread waits
+  // for another between them. A row's result is the same whichever panel holds it.
+  for (int64_t r0 = 0; r0 < m; r0 += panel) {
+    const int64_t rows = m - r0 < panel ? m - r0 : panel;
+    const detail::QuantActs part{acts.qs + r0 * k, acts.scale + r0 * nb, acts.scaled_sum + r0 * nb};
+    const detail::MatmulFn matmul = matmul_fn(isa, rows);
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kColumnsPerChunk;
-    const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
-    matmul(acts, w, y, m, n, k, q, begin, end);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kColumnsPerChunk;
+      const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
+      matmul(part, w, y + r0 * n, rows, n, k, q, begin, end);
+    }
   }
 }
 

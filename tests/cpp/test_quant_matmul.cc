@@ -109,7 +109,8 @@ TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
   // A row's output must not depend on M, on the rows tiled with it, or on which column chunk or
   // thread computes it: batched decode and prefill then agree with batch-1 runs bit for bit.
   // K = 1312 is 41 blocks: more than one d * scale table segment, a partial 8-block group and an
-  // odd last block; N = 37 leaves partial column tiles in the last chunk.
+  // odd last block; N = 37 leaves partial column tiles in the last chunk; M = 512 spans six row
+  // panels of 96 rows (quant_matmul.cpp's panel_rows), the last one partial.
   const QType q = GetParam();
   const int64_t n = 37, k = 1312, max_m = 512;
   std::mt19937 rng(11);
