@@ -13,7 +13,7 @@ cmake -S . -B build/tests -G Ninja -DMET_BUILD_TESTS=ON -DMET_BUILD_PYTHON=OFF >
 cmake --build build/tests -j "$(nproc)"
 ctest --test-dir build/tests --output-on-failure
 
-mapfile -t cxx_files < <(git ls-files 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cc' 'csrc/*.cu' 'csrc/*.cuh' 'tests/cpp/*.cc' 'tests/cpp/*.h')
+mapfile -t cxx_files < <(git ls-files 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cc' 'csrc/*.cu' 'csrc/*.cuh' 'csrc/*.inc' 'tests/cpp/*.cc' 'tests/cpp/*.h')
 clang-format --dry-run --Werror "${cxx_files[@]}"
 ruff check python tests benchmarks
 ruff format --check python tests benchmarks
