@@ -35,10 +35,8 @@ int64_t attn_scratch_floats(const AttnShape& shape) {
     most = std::max(
         most, n_groups * per_group + 2 * kKeyTile * dim + 2 * kKeyTile * lanes + 2 * dim + lanes);
   }
-  // The avx512 paths' decode item (attention_item.inc, attend_decode): key, transposed key and
-  // value tiles, then per head its query, output, max, sum and weight words.
-  const int64_t decode = 3 * kKeyTile * shape.head_dim + 2 * group * shape.head_dim +
-                         2 * shape.head_dim + 2 * group + group * kKeyTile / 2 + 16;
+  // The SIMD paths' decode item (attention_decode.inc): per head its query, output, max and sum.
+  const int64_t decode = 2 * group * shape.head_dim + 2 * group;
   return std::max(most, decode);
 }
 

@@ -373,6 +373,45 @@ TEST(PagedAttentionInvariance, TilesKeepEachQuerysBits) {
   }
 }
 
+// Decode rows take a kernel of their own on the SIMD paths (attention_decode.inc): each must give
+// the bits of the same query inside a prefill row, on every path, and the portable path's bits,
+// at key counts around the 64-key tiles (1, 63, 64, 65, 128, 129, 300, 301), in fp32 and fp16
+// pools, with windows and soft-caps, for groups of 1, 3, 4 and 7 heads (the kernel takes up to 4
+// heads per pass).
+TEST(PagedAttentionDecode, DecodeRowsGiveTheirPrefillBitsOnEveryPath) {
+  const int64_t length = 301;
+  const std::vector<int64_t> positions = {0, 62, 63, 64, 65, 127, 128, 299, 300};
+  for (const Case c :
+       {Case{9, 3, 64, 16}, Case{4, 4, 64, 16}, Case{8, 2, 128, 16}, Case{14, 2, 64, 32}}) {
+    const Pool fp32 = make_pool(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, {length}, 3.0f,
+                                static_cast<uint32_t>(c.n_heads * 7 + c.head_dim));
+    Pool rounded;
+    const Pool fp16 = half_pool(fp32, &rounded);
+    const int64_t width = c.n_heads * c.head_dim;
+    std::vector<Row> decodes;
+    for (const int64_t pos : positions) decodes.push_back({0, pos, 1});
+    // (window, soft-cap): neither, a window inside a tile, a tile-long window with a cap.
+    for (const auto& [window, cap] : {std::pair<int64_t, float>{0, 0.0f}, {21, 0.0f}, {64, 5.0f}}) {
+      for (Pool pool : {fp32, fp16}) {
+        pool.shape.window = window;
+        pool.shape.softcap = cap;
+        SCOPED_TRACE(testing::Message()
+                     << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim
+                     << " window " << window << " cap " << cap << " fp16 " << pool.shape.kv_half);
+        const auto portable = run(pool, {{0, 0, length}}, detail::attention_paths().front().fn, 0);
+        for (const detail::AttnPath& path : detail::attention_paths()) {
+          const auto prefill = run(pool, {{0, 0, length}}, path.fn, 2);
+          const auto decoded = run(pool, decodes, path.fn, 2);
+          for (size_t i = 0; i < positions.size(); ++i) {
+            expect_same_bits(decoded, i, prefill, positions[i], width, path.name);
+            expect_same_bits(decoded, i, portable, positions[i], width, path.name);
+          }
+        }
+      }
+    }
+  }
+}
+
 // A block of the pool no sequence owns (all NaN).
 int32_t spare_block(const Pool& pool) {
   const int64_t n_blocks = static_cast<int64_t>(pool.k.size()) /
