@@ -119,17 +119,19 @@ class LlamaServer:
         with ThreadPoolExecutor(width) as pool:
             return list(pool.map(lambda ids: self.complete(ids, max_tokens), batch))
 
-    def mean_accepted(self, since: int) -> tuple[float, int]:
-        """Accepted draft tokens per draft over the log written after offset `since` (and the
-        log's length now): from llama-server's `mean len` (which counts the target's token)."""
+    def log_offset(self) -> int:
         self.log.flush()
+        return len(Path(self.log.name).read_text())
+
+    def drafts_since(self, since: int) -> float:
+        """Drafts made since log offset `since`, from llama-server's `mean len` per request
+        (accepted draft tokens per draft, plus one for the target's own token)."""
         text = Path(self.log.name).read_text()
-        accepted = drafts = 0.0
+        drafts = 0.0
         for acc, gen, mean_len in _MEAN_LEN.findall(text[since:]):
-            accepted += int(acc)
             # A request with nothing accepted says mean len 1.00: its drafts are m tokens each.
             drafts += int(acc) / (float(mean_len) - 1.0) if int(acc) else int(gen) / DRAFT_M
-        return (accepted / drafts if drafts else 0.0), len(text)
+        return drafts
 
     def close(self) -> None:
         self.proc.terminate()

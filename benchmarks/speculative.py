@@ -15,10 +15,12 @@ run through llama-server on the same GGUF with its own n-gram speculation and wi
 speculative / plain ratio stands side by side. Never asserts.
 
     PYTHONPATH=python python benchmarks/speculative.py [--prompts 20] [--max-tokens 128]
-        [--classes code_rename,story] [--llama-server /path/to/llama-server] [--json FILE]
+        [--chunk 1] [--classes code_rename,story] [--llama-server /path/to/llama-server]
+        [--json FILE]
 
-The modes of one class run back to back, so the shared machine's drift hits them alike; still,
-on a loaded machine expect a few percent of noise in every ratio.
+The modes take turns on each chunk of a row's prompts (one prompt at concurrency 1, eight at
+concurrency 8, with `--chunk 1`): met's modes, then llama-server's, so the shared machine's
+drift hits them alike; still, on a loaded machine expect a few percent of noise in every ratio.
 """
 
 from __future__ import annotations
@@ -87,21 +89,46 @@ def _spec_counts(engine: EngineCore) -> tuple[int, int, int]:
     return s.drafted, s.accepted, s.verify_rows
 
 
-def _measure(engine: EngineCore, batch, params, width: int, tag: str) -> dict:
+@dataclass
+class _Runs:
+    """One engine mode's requests over the chunks of a row, and its counters summed."""
+
+    reqs: list = field(default_factory=list)
+    wall: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    rows: float = 0.0  # rows that carried a draft (met), drafts (from llama-server's log)
+
+    def figures(self) -> dict:
+        rates = [r for r in (q.decode_rate() for q in self.reqs) if r is not None]
+        return {
+            "decode_tok_s": statistics.median(rates) if rates else 0.0,
+            "aggregate_tok_s": sum(len(q.tokens) for q in self.reqs) / self.wall,
+            "wall_s": self.wall,
+            "acceptance": self.accepted / self.drafted if self.drafted else 0.0,
+            "mean_accepted": self.accepted / self.rows if self.rows else 0.0,
+            "tokens": [q.tokens for q in self.reqs],
+        }
+
+
+def _met_chunk(engine: EngineCore, runs: _Runs, batch, params, width: int, tag: str) -> None:
     before = _spec_counts(engine)
     start = time.perf_counter()
-    reqs = _drive(engine, batch, params, width, tag)
-    wall = time.perf_counter() - start
-    drafted, accepted, rows = (a - b for a, b in zip(_spec_counts(engine), before, strict=True))
-    rates = [r for r in (q.decode_rate() for q in reqs) if r is not None]
-    return {
-        "decode_tok_s": statistics.median(rates) if rates else 0.0,
-        "aggregate_tok_s": sum(len(q.tokens) for q in reqs) / wall,
-        "wall_s": wall,
-        "acceptance": accepted / drafted if drafted else 0.0,
-        "mean_accepted": accepted / rows if rows else 0.0,
-        "tokens": [q.tokens for q in reqs],
-    }
+    runs.reqs += _drive(engine, batch, params, width, tag)
+    runs.wall += time.perf_counter() - start
+    after = _spec_counts(engine)
+    runs.drafted += after[0] - before[0]
+    runs.accepted += after[1] - before[1]
+    runs.rows += after[2] - before[2]
+
+
+def _peer_chunk(server: LlamaServer, runs: _Runs, batch, max_tokens: int, width: int) -> None:
+    start = time.perf_counter()
+    reqs = server.run(batch, max_tokens, width)
+    runs.wall += time.perf_counter() - start
+    runs.reqs += reqs
+    runs.drafted += sum(r.drafted for r in reqs)
+    runs.accepted += sum(r.accepted for r in reqs)
 
 
 def _engine(model: str | None, mode: str, k: int) -> EngineCore:
@@ -115,38 +142,46 @@ def _engine(model: str | None, mode: str, k: int) -> EngineCore:
     return EngineCore(config)
 
 
-def _peer(servers: dict[str, LlamaServer], batch, max_tokens: int, width: int) -> dict:
-    row = {}
-    for mode, server in servers.items():
-        _, since = server.mean_accepted(0)
-        start = time.perf_counter()
-        reqs = server.run(batch, max_tokens, width)
-        wall = time.perf_counter() - start
-        drafted = sum(r.drafted for r in reqs)
-        rates = [r for r in (q.decode_rate() for q in reqs) if r is not None]
-        row[mode] = {
-            "decode_tok_s": statistics.median(rates) if rates else 0.0,
-            "aggregate_tok_s": sum(len(q.tokens) for q in reqs) / wall,
-            "acceptance": sum(r.accepted for r in reqs) / drafted if drafted else 0.0,
-            "mean_accepted": server.mean_accepted(since)[0],
-            "tokens": [q.tokens for q in reqs],
-        }
-    plain, spec = row["none"], row["ngram-simple"]
-    spec["ratio"] = spec["decode_tok_s"] / plain["decode_tok_s"] if plain["decode_tok_s"] else 0
-    pairs = zip(plain["tokens"], spec["tokens"], strict=True)
-    spec["identity"] = sum(a == b for a, b in pairs) / len(batch)
-    return row
+def _compare(row: dict, plain: str, modes: list[str], n: int) -> None:
+    for mode in modes:
+        fig = row[mode]
+        pairs = zip(row[plain]["tokens"], fig["tokens"], strict=True)
+        fig["identity"] = sum(a == b for a, b in pairs) / n
+        base = row[plain]["decode_tok_s"]
+        fig["ratio"] = fig["decode_tok_s"] / base if base else 0.0
 
 
-def _met_row(engines: dict[str, EngineCore], batch, params, width: int, tag: str) -> dict:
-    row = {mode: _measure(e, batch, params, width, f"{tag}-{mode}") for mode, e in engines.items()}
-    plain = row["off"]
-    copies = [copy_fraction(p, t) for p, t in zip(batch, plain["tokens"], strict=True)]
+def _row(
+    engines: dict[str, EngineCore],
+    servers: dict[str, LlamaServer],
+    batch,
+    params,
+    width,
+    chunk: int,
+    tag: str,
+) -> dict:
+    """Every engine mode of met, then llama-server's, on each chunk of `chunk` prompts in turn:
+    the shared machine's drift over the row hits every mode alike."""
+    met = {mode: _Runs() for mode in engines}
+    peer = {mode: _Runs() for mode in servers}
+    since = {mode: server.log_offset() for mode, server in servers.items()}
+    for at in range(0, len(batch), chunk):
+        part = batch[at : at + chunk]
+        for mode, engine in engines.items():
+            _met_chunk(engine, met[mode], part, params, width, f"{tag}-{mode}-{at}")
+        for mode, server in servers.items():
+            _peer_chunk(server, peer[mode], part, params.max_tokens, width)
+    row: dict = {mode: runs.figures() for mode, runs in met.items()}
+    copies = [copy_fraction(p, t) for p, t in zip(batch, row["off"]["tokens"], strict=True)]
     row["copy_fraction"] = statistics.mean(copies)
-    for mode in list(engines)[1:]:
-        pairs = zip(plain["tokens"], row[mode]["tokens"], strict=True)
-        row[mode]["identity"] = sum(a == b for a, b in pairs) / len(batch)
-        row[mode]["ratio"] = row[mode]["decode_tok_s"] / plain["decode_tok_s"]
+    _compare(row, "off", list(engines)[1:], len(batch))
+    if servers:
+        # llama-server logs a request's drafts as it frees the slot, just after its last chunk.
+        time.sleep(0.2)
+        for mode, server in servers.items():
+            peer[mode].rows = server.drafts_since(since[mode])
+        row["llama"] = {mode: runs.figures() for mode, runs in peer.items()}
+        _compare(row["llama"], "none", ["ngram-simple"], len(batch))
     return row
 
 
@@ -165,9 +200,8 @@ def run(args: argparse.Namespace) -> dict:
             for width in CONCURRENCY:
                 count = args.prompts_c8 if width > 1 and args.prompts_c8 else args.prompts
                 batch = [tokenizer.encode_chat(m) for m in prompts(name, count)]
-                row = _met_row(engines, batch, params, width, f"{name}-{width}")
-                if servers:
-                    row["llama"] = _peer(servers, batch, args.max_tokens, width)
+                chunk = args.chunk * width
+                row = _row(engines, servers, batch, params, width, chunk, f"{name}-{width}")
                 results[f"{name} c={width}"] = row
                 _print_row(f"{name} c={width}", row)
     finally:
@@ -253,6 +287,12 @@ def main() -> None:
         help="prompts per class at concurrency 8 (0: --prompts)",
     )
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=1,
+        help="prompts per concurrency level in each turn of the modes (c=8: 8x this)",
+    )
     parser.add_argument("-k", type=int, default=4, help="--num-speculative-tokens")
     parser.add_argument("--classes", default=",".join(CLASSES), help="comma-separated")
     parser.add_argument("--llama-server", default=None, help="llama-server binary (the peer)")
