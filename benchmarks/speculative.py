@@ -104,6 +104,7 @@ class _Runs:
         return {
             "decode_tok_s": statistics.median(rates) if rates else 0.0,
             "aggregate_tok_s": sum(len(q.tokens) for q in self.reqs) / self.wall,
+            "n_tokens": sum(len(q.tokens) for q in self.reqs),
             "wall_s": self.wall,
             "acceptance": self.accepted / self.drafted if self.drafted else 0.0,
             "mean_accepted": self.accepted / self.rows if self.rows else 0.0,
@@ -204,6 +205,16 @@ def run(args: argparse.Namespace) -> dict:
                 row = _row(engines, servers, batch, params, width, chunk, f"{name}-{width}")
                 results[f"{name} c={width}"] = row
                 _print_row(f"{name} c={width}", row)
+                # What a run cut short by its time limit still leaves behind.
+                print(
+                    time.strftime("%H:%M:%S"),
+                    "so far:",
+                    json.dumps(_guarded(results)),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if args.json:
+                    _save(results, args.json)
     finally:
         for server in servers.values():
             server.close()
@@ -263,7 +274,7 @@ def _guarded(results: dict) -> dict:
     ratios = [row["ngram"]["ratio"] for row in rows]
 
     def total(mode: str) -> float:
-        tokens = sum(sum(len(t) for t in row[mode]["tokens"]) for row in rows)
+        tokens = sum(row[mode]["n_tokens"] for row in rows)
         return tokens / sum(row[mode]["wall_s"] for row in rows)
 
     return {
@@ -272,6 +283,17 @@ def _guarded(results: dict) -> dict:
         "aggregate_ratio": round(total("ngram") / total("off"), 4),
         "worst_row": round(min(ratios), 4),
     }
+
+
+def _save(results: dict, path: str) -> None:
+    """Every figure but the token ids."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "tokens"}
+        return value
+
+    Path(path).write_text(json.dumps(strip(results), indent=2))
 
 
 def main() -> None:
@@ -310,11 +332,7 @@ def main() -> None:
     print("gate:", json.dumps(results["gate"]))
     print("gated / off where speculation must not lose:", json.dumps(_guarded(results)))
     if args.json:
-        for row in results.values():
-            for fig in [*row.values(), *row.get("llama", {}).values()]:
-                if isinstance(fig, dict):
-                    fig.pop("tokens", None)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        _save(results, args.json)
 
 
 if __name__ == "__main__":
