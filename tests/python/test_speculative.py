@@ -149,6 +149,23 @@ def test_structured_output_drafts_and_gives_the_same_tokens(engines, params) -> 
     llm.engine.blocks.check_invariants()
 
 
+# A max_tokens lexeme (the thinking budget's kind) makes llguidance refuse to roll its matcher
+# back: the drafts are walked on a copy, so the grammar still holds after a draft.
+CAPPED = "%llguidance {}\nstart: lead body\nlead[max_tokens=2]: /[^{]*/\nbody: /[^\\nA-Z]*/\n"
+
+
+def test_a_grammar_that_cannot_roll_back_drafts_and_gives_the_same_tokens(engines) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=48)
+    params.constraint = Constraint("lark", CAPPED)
+    llm = engines["ngram-forced"]
+    before = llm.engine.scheduler.spec_stats()
+    plain = _run(engines["off"], JSON_COPY[:1], params)
+    spec = _run(llm, JSON_COPY[:1], params)
+    _same(plain, spec)
+    assert all("\n" not in out.text for out in spec)
+    assert llm.engine.scheduler.spec_stats().accepted > before.accepted
+
+
 def test_penalised_requests_run_without_drafts_and_say_why(engines) -> None:
     llm = engines["ngram-forced"]
     params = SamplingParams(temperature=0.0, max_tokens=16, frequency_penalty=0.5)

@@ -28,8 +28,10 @@ class MaskPrefetch:
 
     def start(self, rows: list[tuple[int, SequenceGrammar, list[int]]]) -> None:
         """Fills, in the background, each state's next mask and, for a row that carries draft
-        tokens (speculative decoding), the mask after each draft token too; the states keep
-        their place (llguidance rolls the drafts back)."""
+        tokens (speculative decoding), the mask after each draft token too. A draft is walked
+        on a copy of the matcher, so the state keeps its place: llguidance's draft fill rolls
+        the drafts back, which it refuses for grammars with max_tokens or stop lexemes (the
+        thinking budget), leaving the matcher in its error state."""
         self.wait()
         live = [(rid, s, d) for rid, s, d in rows if not s.free]
         self._rows, jobs, n = {}, [], 0
@@ -49,7 +51,7 @@ class MaskPrefetch:
         self._buffer = torch.full((n, self.words), -1, dtype=torch.int32)
         ptr, size = self._buffer.data_ptr(), self.words * 4
         # llguidance's draft fill takes only rows that carry drafts (an empty one is an error).
-        drafted = [job for job in jobs if job[2]]
+        drafted = [(matcher.deep_copy(), i, drafts) for matcher, i, drafts in jobs if drafts]
         plain = [(matcher, i) for matcher, i, drafts in jobs if not drafts]
         self._pending = self._pool.submit(self._fill, drafted, plain, ptr, size, n)
 
