@@ -12,8 +12,8 @@ gguf with llama.cpp on the same file, the same weight format. Long prompts (pref
 llama.cpp runs in a child process (this script with --peer): a crash there (its AMX path has
 segfaulted on some Xeons) is reported as a crash in the table instead of killing the run. It runs
 once with flash attention off (llama-cpp-python's default) and once with it on (llama-bench's
-default is `auto`; on this 2-core Zen 4 `-fa 1` prefilled 8192 tokens 1.46x faster than `-fa 0`),
-and each figure is the better of the two, the setting printed beside the table
+default is `auto`; which is faster on a 2-core Zen 4 changed from run to run), and each figure
+is the better of the two, the setting printed beside the table
 (--peer-flash-attn on|off runs one of them only).
 
 llama.cpp: llama-cpp-python's high-level API gives prefill and batch-1 decode; decode at batch 8
