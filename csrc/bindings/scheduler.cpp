@@ -24,6 +24,7 @@ void bind_spec(py::module_& m) {
       .def_readonly("verify_rows", &SpecStats::verify_rows)
       .def_readonly("plain_steps", &SpecStats::plain_steps)
       .def_readonly("fused_verify_steps", &SpecStats::fused_verify_steps)
+      .def_readonly("withheld", &SpecStats::withheld)
       .def_readonly("gate_switches", &SpecStats::gate_switches)
       .def_readonly("gate_probes", &SpecStats::gate_probes)
       .def_readonly("proposer_seconds", &SpecStats::proposer_seconds)

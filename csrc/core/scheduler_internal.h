@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "met/draft_planner.h"
 #include "met/ngram_proposer.h"
 #include "met/scheduler.h"
 
@@ -33,10 +34,11 @@ struct Live {
   // (then `spec_off` says why).
   std::unique_ptr<NgramProposer> proposer;
   std::string spec_off;
-  int32_t acc = 0;  // accepted draft tokens
-  // Steps left without drafting, and the next such pause: a sequence whose draft is rejected
-  // outright waits 1, 2, 4, ... up to 16 steps before drafting again; one accepted token resets
-  // both (text that does not copy its context stops paying for verify rows).
+  int32_t acc = 0;     // accepted draft tokens
+  DraftRecord drafts;  // how its drafts fared: what the gated mode's planner drafts by
+  // Steps left without drafting, and the next such pause (ngram-forced, which has no planner):
+  // a sequence whose draft is rejected outright waits 1, 2, 4, ... up to 16 steps before
+  // drafting again; one accepted token resets both.
   int32_t draft_pause = 0;
   int32_t draft_backoff = 0;
 

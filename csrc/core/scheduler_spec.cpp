@@ -31,8 +31,9 @@ class SpecDecode : public DecodeStrategy {
 
   void begin_tick(double now) override {
     if (pending_.valid && now > last_now_) {
-      gate_.observe(pending_.bucket, pending_.mode, pending_.verified, pending_.tokens,
-                    now - last_now_);
+      const double seconds = now - last_now_;
+      gate_.observe(pending_.bucket, pending_.mode, pending_.verified, pending_.tokens, seconds);
+      planner_.observe_step(pending_.rows, seconds);
     }
     pending_ = {};
     last_now_ = now;
@@ -59,7 +60,8 @@ class SpecDecode : public DecodeStrategy {
     }
     // Preempted rows delivered nothing; what the others delivered is what the step is worth.
     if (alone) {
-      pending_ = {true, bucket, mode, verified, static_cast<int32_t>(delivered(rows) - before)};
+      const auto tokens = static_cast<int32_t>(delivered(rows) - before);
+      pending_ = {true, bucket, mode, verified, tokens, verified ? forward_rows(drafts) : width};
     }
   }
 
@@ -109,7 +111,14 @@ class SpecDecode : public DecodeStrategy {
     GateMode mode = GateMode::Spec;
     bool verified = false;  // a verify forward ran (else the plain step, drafts or not)
     int32_t tokens = 0;
+    int32_t rows = 0;  // rows of the step's forward (a verify row's every position)
   };
+
+  static int32_t forward_rows(const Drafts& drafts) {
+    int32_t n = 0;
+    for (const auto& d : drafts) n += 1 + static_cast<int32_t>(d.size());
+    return n;
+  }
 
   static int64_t delivered(const std::vector<Live*>& rows) {
     int64_t n = 0;
@@ -124,22 +133,40 @@ class SpecDecode : public DecodeStrategy {
     return std::max(0, std::min({k, l.remaining() - 1, sched.config().max_seq_len - used - 1}));
   }
 
+  // The gated mode keeps of each proposal what the planner says pays; ngram-forced drafts
+  // whole proposals, pausing a sequence after a draft rejected outright.
   bool propose(const Scheduler& sched, const std::vector<Live*>& rows, int32_t k, Drafts& drafts) {
     const auto t0 = std::chrono::steady_clock::now();
-    bool any = false;
+    const bool forced = cfg_.mode == SpecMode::NgramForced;
     for (size_t i = 0; i < rows.size(); ++i) {
       Live& l = *rows[i];
       if (!l.proposer) continue;
-      if (l.draft_pause > 0) {
+      if (forced && l.draft_pause > 0) {
         --l.draft_pause;
         continue;
       }
       drafts[i] = l.proposer->propose(room(sched, l, k));
-      any = any || !drafts[i].empty();
     }
+    if (!forced) plan(rows, drafts);
     stats_.proposer_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return any;
+    return std::any_of(drafts.begin(), drafts.end(), [](const auto& d) { return !d.empty(); });
+  }
+
+  void plan(const std::vector<Live*>& rows, Drafts& drafts) {
+    std::vector<int32_t> proposed;
+    std::vector<const DraftRecord*> records;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      proposed.push_back(static_cast<int32_t>(drafts[i].size()));
+      records.push_back(&rows[i]->drafts);
+    }
+    const std::vector<int32_t> keep = planner_.plan(proposed, records);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (keep[i] == proposed[i]) continue;
+      if (keep[i] == 0) planner_.withheld(rows[i]->drafts);
+      stats_.withheld += proposed[i] - keep[i];
+      drafts[i].resize(static_cast<size_t>(keep[i]));
+    }
   }
 
   // False when the verify forward could not get its KV: nothing advanced, and the plain step
@@ -201,19 +228,24 @@ class SpecDecode : public DecodeStrategy {
               const std::vector<SampledToken>& picks, size_t base) {
     const auto k = static_cast<int32_t>(draft.size());
     int32_t taken = 0;
+    bool rejected = false;
     for (int32_t j = 0; j <= k; ++j) {
       const size_t before = l.output.size();
       const SampledToken& tok = picks.at(base + static_cast<size_t>(j));
       sched.accept_token(l, tok);
       ++taken;
-      if (l.finished || l.output.size() == before) break;
-      if (j == k || tok.token != draft[static_cast<size_t>(j)]) break;
+      if (l.finished || l.output.size() == before || j == k) break;
+      if (tok.token != draft[static_cast<size_t>(j)]) {
+        rejected = true;
+        break;
+      }
     }
     if (k == 0) return;
     ++stats_.verify_rows;
     stats_.drafted += k;
     stats_.accepted += taken - 1;
     l.acc += taken - 1;
+    planner_.record(l.drafts, taken - 1, rejected);
     if (taken == 1 && !l.finished) {
       l.draft_backoff = std::min(kMaxDraftPause, std::max(1, 2 * l.draft_backoff));
       l.draft_pause = l.draft_backoff;
@@ -225,6 +257,7 @@ class SpecDecode : public DecodeStrategy {
 
   SpecConfig cfg_;
   SpecGate gate_;
+  DraftPlanner planner_;
   std::unique_ptr<DecodeStrategy> plain_;
   SpecStats stats_;
   Pending pending_;

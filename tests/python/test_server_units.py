@@ -167,6 +167,7 @@ def test_metrics_speculation_only_when_on() -> None:
         accepted=30,
         verify_steps=9,
         verify_rows=10,
+        withheld=7,
         gate_switches=1,
         gate_plain_buckets=[3],
         requests_off={"penalties": 2},
@@ -175,6 +176,7 @@ def test_metrics_speculation_only_when_on() -> None:
     assert samples[("met_spec_draft_tokens_total", ())] == 40
     assert samples[("met_spec_accepted_tokens_total", ())] == 30
     assert samples[("met_spec_verify_steps_total", ())] == 9
+    assert samples[("met_spec_withheld_tokens_total", ())] == 7
     assert samples[("met_spec_mean_accepted_length", ())] == 3.0
     assert samples[("met_spec_gate_switches_total", ())] == 1
     assert samples[("met_spec_gate_speculating", (("width", "1"),))] == 1

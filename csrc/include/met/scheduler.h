@@ -51,6 +51,7 @@ struct SpecStats {
   int64_t verify_rows = 0;         // decode rows that carried a draft
   int64_t plain_steps = 0;         // decode steps without any draft
   int64_t fused_verify_steps = 0;  // of the verify steps, those fused with prefill chunks
+  int64_t withheld = 0;            // proposed draft tokens the gated planner did not send
   int64_t gate_switches = 0;
   int64_t gate_probes = 0;
   double proposer_seconds = 0;  // wall time spent proposing (a metric only: no decision reads it)

@@ -292,6 +292,7 @@ class EngineCore:
             accepted=s.accepted,
             verify_steps=s.verify_steps,
             verify_rows=s.verify_rows,
+            withheld=s.withheld,
             gate_switches=s.gate_switches,
             gate_probes=s.gate_probes,
             proposer_seconds=s.proposer_seconds,

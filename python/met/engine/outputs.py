@@ -58,6 +58,7 @@ class SpecStats:
     accepted: int = 0  # of those, accepted
     verify_steps: int = 0  # decode steps that verified a draft
     verify_rows: int = 0  # sequences' rows that carried one
+    withheld: int = 0  # proposed draft tokens the planner judged not worth their rows
     gate_switches: int = 0
     gate_probes: int = 0
     proposer_seconds: float = 0.0

@@ -105,6 +105,11 @@ def _spec_metrics(spec: SpecStats) -> Iterator[Metric]:
         ("met_spec_draft_tokens", "Draft tokens verified.", spec.drafted),
         ("met_spec_accepted_tokens", "Draft tokens accepted.", spec.accepted),
         ("met_spec_verify_steps", "Decode steps that verified drafts.", spec.verify_steps),
+        (
+            "met_spec_withheld_tokens",
+            "Proposed draft tokens not verified: the planner judged them not worth their rows.",
+            spec.withheld,
+        ),
         ("met_spec_gate_switches", "Times the gate switched a width bucket.", spec.gate_switches),
         ("met_spec_gate_probes", "Probes of the other mode by the gate.", spec.gate_probes),
         ("met_spec_proposer_seconds", "Wall time spent proposing drafts.", spec.proposer_seconds),
