@@ -11,18 +11,18 @@ tokens) and mean accepted length (accepted draft tokens per row that carried a d
 ratio of each speculative mode to plain, and greedy identity (share of requests whose tokens
 equal the plain run's). With `--llama-server BINARY` the same prompts (the same token ids) also
 run through llama-server on the same GGUF with its own n-gram speculation and without
-(benchmarks/_spec_llama.py), right after met's modes of each row, and each engine's own
+(benchmarks/_spec_llama.py), after met's modes of each row, and each engine's own
 speculative / plain ratio stands side by side. Never asserts.
 
     PYTHONPATH=python python benchmarks/speculative.py [--prompts 20] [--max-tokens 128]
         [--chunk 1] [--classes code_rename,story] [--llama-server /path/to/llama-server]
         [--json FILE]
 
-The modes take turns on each chunk of a row's prompts (one prompt at concurrency 1, eight at
-concurrency 8, with `--chunk 1`): met's modes, taking turns at going first, then llama-server's,
-so the shared machine's drift hits them alike; still, on a loaded machine expect a few percent
-of noise in every ratio. `--modes off,ngram,off-again` adds a second plain engine, whose ratio
-to the first measures that noise in the same run.
+An engine's modes take turns on each chunk of a row's prompts (one prompt at concurrency 1,
+eight at concurrency 8, with `--chunk 1`), met's taking turns at going first, so the shared
+machine's drift hits them alike; met's modes run the row first, then llama-server's. Still, on
+a loaded machine expect a few percent of noise in every ratio. `--modes off,ngram,off-again`
+adds a second plain engine, whose ratio to the first measures that noise in the same run.
 """
 
 from __future__ import annotations
@@ -166,9 +166,11 @@ def _row(
     chunk: int,
     tag: str,
 ) -> dict:
-    """Every engine mode of met, then llama-server's, on each chunk of `chunk` prompts in turn:
-    the shared machine's drift over the row hits every mode alike. met's modes take turns at
-    going first, so no mode always runs right after another's chunk."""
+    """met's modes on each chunk of `chunk` prompts in turn, taking turns at going first, so
+    the shared machine's drift over the row hits every mode alike; then llama-server's two
+    modes the same way. Each engine's ratio compares only its own modes, so no mode of one
+    engine ever runs between two of the other's (a run that interleaved them measured two
+    identical met engines 8-14% apart at concurrency 8)."""
     met = {mode: _Runs() for mode in engines}
     peer = {mode: _Runs() for mode in servers}
     since = {mode: server.log_offset() for mode, server in servers.items()}
@@ -178,8 +180,9 @@ def _row(
         shift = turn % len(order)
         for mode, engine in order[shift:] + order[:shift]:
             _met_chunk(engine, met[mode], part, params, width, f"{tag}-{mode}-{at}")
+    for at in range(0, len(batch), chunk):
         for mode, server in servers.items():
-            _peer_chunk(server, peer[mode], part, params.max_tokens, width)
+            _peer_chunk(server, peer[mode], batch[at : at + chunk], params.max_tokens, width)
     row: dict = {mode: runs.figures() for mode, runs in met.items()}
     copies = [copy_fraction(p, t) for p, t in zip(batch, row["off"]["tokens"], strict=True)]
     row["copy_fraction"] = statistics.mean(copies)
