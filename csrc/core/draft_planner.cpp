@@ -23,11 +23,6 @@ void DraftPlanner::record(DraftRecord& r, int32_t accepted, bool rejected) const
   r.rejected = cfg_.record_decay * r.rejected + (rejected ? 1 : 0);
 }
 
-void DraftPlanner::withheld(DraftRecord& r) const {
-  r.accepted *= cfg_.withheld_decay;
-  r.rejected *= cfg_.withheld_decay;
-}
-
 void DraftPlanner::observe_step(int32_t rows, double seconds) {
   const double d = cfg_.cost_decay;
   const double x = rows;

@@ -36,6 +36,11 @@ struct Live {
   std::string spec_off;
   int32_t acc = 0;     // accepted draft tokens
   DraftRecord drafts;  // how its drafts fared: what the gated mode's planner drafts by
+  // The gated mode's shadow draft: what it would have drafted when it did not (the gate ran
+  // plain, or the planner withheld the proposal), checked against the tokens decoded from
+  // output position `shadow_at` on, so the record stays true while nothing is verified.
+  std::vector<int32_t> shadow;
+  size_t shadow_at = 0;
   // Steps left without drafting, and the next such pause (ngram-forced, which has no planner):
   // a sequence whose draft is rejected outright waits 1, 2, 4, ... up to 16 steps before
   // drafting again; one accepted token resets both.

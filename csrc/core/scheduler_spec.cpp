@@ -58,6 +58,7 @@ class SpecDecode : public DecodeStrategy {
       ++stats_.plain_steps;
       plain_->step(sched, rows, alone);
     }
+    if (!forced) shadow_drafts(sched, rows, k);
     // Preempted rows delivered nothing; what the others delivered is what the step is worth.
     if (alone) {
       const auto tokens = static_cast<int32_t>(delivered(rows) - before);
@@ -92,6 +93,9 @@ class SpecDecode : public DecodeStrategy {
     ++stats_.verify_steps;
     ++stats_.fused_verify_steps;
     accept_all(sched, rows, drafts, picks);
+    if (cfg_.mode != SpecMode::NgramForced) {
+      shadow_drafts(sched, rows, SpecGate::draft_len(static_cast<int32_t>(rows.size()), cfg_.k));
+    }
   }
 
   SpecStats stats() const override {
@@ -162,10 +166,39 @@ class SpecDecode : public DecodeStrategy {
     }
     const std::vector<int32_t> keep = planner_.plan(proposed, records);
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (keep[i] == proposed[i]) continue;
-      if (keep[i] == 0) planner_.withheld(rows[i]->drafts);
+      // A row that drafts for real is recorded by its verify; its shadow would count twice.
+      if (keep[i] > 0) rows[i]->shadow.clear();
       stats_.withheld += proposed[i] - keep[i];
       drafts[i].resize(static_cast<size_t>(keep[i]));
+    }
+  }
+
+  // After a step: each row's shadow draft is checked against the tokens decoded since it was
+  // made (recorded once it is refused or has stood whole), and a row without one gets the
+  // proposal the next step would start from. Costs one proposal per row, no forward.
+  void shadow_drafts(const Scheduler& sched, const std::vector<Live*>& rows, int32_t k) {
+    for (Live* l : rows) {
+      if (!l->proposer || l->finished) continue;
+      if (!l->shadow.empty()) check_shadow(*l);
+      if (l->shadow.empty() && k > 0) {
+        l->shadow = l->proposer->propose(room(sched, *l, k));
+        l->shadow_at = l->output.size();
+      }
+    }
+  }
+
+  void check_shadow(Live& l) {
+    const size_t have = std::min(l.shadow.size(), l.output.size() - l.shadow_at);
+    for (size_t j = 0; j < have; ++j) {
+      if (l.output[l.shadow_at + j] != l.shadow[j]) {
+        planner_.record(l.drafts, static_cast<int32_t>(j), true);
+        l.shadow.clear();
+        return;
+      }
+    }
+    if (have == l.shadow.size()) {
+      planner_.record(l.drafts, static_cast<int32_t>(have), false);
+      l.shadow.clear();
     }
   }
 

@@ -22,10 +22,8 @@ struct DraftRecord {
 };
 
 struct PlannerConfig {
-  double record_decay = 0.9;     // weight of a sequence's earlier drafts after each new one
-  double withheld_decay = 0.97;  // ... after each step its proposal was withheld (so a sequence
-                                 // whose drafts lost is tried again after a while)
-  double prior_accepted = 1;     // pseudo-counts of a sequence without drafts yet: p = 1/2
+  double record_decay = 0.9;  // weight of a sequence's earlier drafts after each new one
+  double prior_accepted = 1;  // pseudo-counts of a sequence without drafts yet: p = 1/2
   double prior_rejected = 1;
   double cost_decay = 0.99;      // weight of earlier steps in the cost fit after each new one
   double prior_row_share = 0.3;  // a row's share of a one-row step, the slope's prior, with
@@ -43,11 +41,10 @@ class DraftPlanner {
   // Before any step was timed every proposal is kept whole.
   std::vector<int32_t> plan(const std::vector<int32_t>& proposed,
                             const std::vector<const DraftRecord*>& records) const;
-  // A verified draft: `accepted` of its tokens stood, and `rejected` says whether the model
-  // refused the next one (false when all stood or the request ended inside the draft).
+  // A draft verified, or a shadow draft checked against the tokens decoded after it: `accepted`
+  // of its tokens stood, and `rejected` says whether the model refused the next one (false
+  // when all stood or the request ended inside the draft).
   void record(DraftRecord& r, int32_t accepted, bool rejected) const;
-  // The sequence proposed a draft and plan() kept none of it.
-  void withheld(DraftRecord& r) const;
   // A decode step of `rows` forward rows (every position of every row) took `seconds`.
   void observe_step(int32_t rows, double seconds);
 
