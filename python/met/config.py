@@ -35,8 +35,9 @@ class EngineConfig:
     # auto | float16 | bfloat16 | float32 (met.engine.kv_budget.kv_dtype): auto is float16 for
     # the C++ CPU forward (half the memory, as llama.cpp), the model's dtype otherwise.
     kv_cache_dtype: str = "auto"
-    # Prompt-lookup speculative decoding (docs/speculative.md): off | ngram (the gate runs it per
-    # batch width where it measures a gain) | ngram-forced (always, for measurement). Off by
-    # default: no full benchmark run has shown the gated mode never loses (benchmarks/README.md).
-    speculative: str = "off"
+    # Prompt-lookup speculative decoding (docs/speculative.md): ngram (the gate runs it per batch
+    # width where it measures a gain, the planner drafts what pays; the default since the full
+    # benchmark run showed it within the noise of off where it cannot win, benchmarks/README.md)
+    # | ngram-forced (always, for measurement) | off.
+    speculative: str = "ngram"
     num_speculative_tokens: int = 4  # draft tokens per verify row at most

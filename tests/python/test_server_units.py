@@ -47,10 +47,10 @@ def test_settings_weight_format_reaches_the_engine() -> None:
 
 def test_settings_speculation_reaches_the_engine() -> None:
     engine = load_settings([], env={}).engine
-    assert (engine.speculative, engine.num_speculative_tokens) == ("off", 4)
-    argv = ["--speculative", "ngram", "--num-speculative-tokens", "6"]
+    assert (engine.speculative, engine.num_speculative_tokens) == ("ngram", 4)
+    argv = ["--speculative", "off", "--num-speculative-tokens", "6"]
     engine = load_settings(argv, env={}).engine
-    assert (engine.speculative, engine.num_speculative_tokens) == ("ngram", 6)
+    assert (engine.speculative, engine.num_speculative_tokens) == ("off", 6)
     with pytest.raises(SystemExit):
         load_settings(["--speculative", "eagle"], env={})
 

@@ -145,8 +145,11 @@ class EngineCore:
         # unchanged) has not been checked on a device yet.
         where = "tensor parallelism" if self.config.tensor_parallel_size > 1 else "a GPU"
         if self.config.tensor_parallel_size > 1 or self.model.device.type == "cuda":
-            if setting != "off":
+            # The gated default says nothing: only a mode asked for is worth a warning.
+            if setting == "ngram-forced":
                 log.warning("speculative %s is off with %s (docs/speculative.md)", setting, where)
+            elif setting == "ngram":
+                log.info("speculative ngram is off with %s (docs/speculative.md)", where)
             return _core.SpecMode.Off
         return SPECULATIVE[setting]
 

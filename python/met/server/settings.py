@@ -153,7 +153,7 @@ _OPTIONS = (
     _Option(
         "speculative",
         str,
-        "prompt-lookup speculative decoding: ngram (gated), ngram-forced, off",
+        "prompt-lookup speculative decoding: ngram (gated, the default), ngram-forced, off",
         True,
         choices=SPECULATIVE,
     ),
