@@ -278,8 +278,9 @@ class SpecDecode : public DecodeStrategy {
     stats_.drafted += k;
     stats_.accepted += taken - 1;
     l.acc += taken - 1;
-    planner_.record(l.drafts, taken - 1, rejected);
-    if (taken == 1 && !l.finished) {
+    if (cfg_.mode != SpecMode::NgramForced) {
+      planner_.record(l.drafts, taken - 1, rejected);
+    } else if (taken == 1 && !l.finished) {
       l.draft_backoff = std::min(kMaxDraftPause, std::max(1, 2 * l.draft_backoff));
       l.draft_pause = l.draft_backoff;
     } else {
