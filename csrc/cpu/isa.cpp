@@ -91,13 +91,12 @@ CpuPath parse_path(const std::string& name) {
                               "'");
 }
 
-std::string path_unsupported_reason(CpuPath path) {
-  const CpuFeatures& f = cpu_features();
+std::string path_unsupported_reason_for(CpuPath path, const CpuFeatures& f, bool amx_emulated) {
   switch (path) {
     case CpuPath::kScalar:
       return "";
     case CpuPath::kAmx:
-      if (amx_emulation()) {
+      if (amx_emulated) {
         if (!f.avx512vnni || !f.avx512vl || !f.avx512bw) {
           return lacks("avx512vnni/avx512vl/avx512bw (for emulated AMX tiles)");
         }
@@ -117,13 +116,26 @@ std::string path_unsupported_reason(CpuPath path) {
   return "unknown path";
 }
 
+std::string path_unsupported_reason(CpuPath path) {
+  return path_unsupported_reason_for(path, cpu_features(), amx_emulation());
+}
+
+// Measured on an Intel Xeon with AMX (benchmarks/README.md): the tile kernel, which reproduces
+// the VNNI kernel's partial dots to give the same bits, took 2-3.6x the VNNI kernel's time at
+// 64 and 512 rows, and met's prefill and batched decode fell below llama.cpp's.
+const char* const kAmxNotDefault =
+    "amx is available but not the default: its tile matmul measured slower than avx512's VNNI "
+    "kernel on AMX hardware (MET_CPU_ISA=amx forces it)";
+
+CpuPath default_path_for(const CpuFeatures& features) {
+  for (const CpuPath path : {CpuPath::kAvx512, CpuPath::kAvx2}) {
+    if (path_unsupported_reason_for(path, features, false).empty()) return path;
+  }
+  return CpuPath::kScalar;
+}
+
 CpuPath best_path() {
-  static const CpuPath best = [] {
-    for (int i = 3; i > 0; --i) {
-      if (path_supported(kAllPaths[i])) return kAllPaths[i];
-    }
-    return CpuPath::kScalar;
-  }();
+  static const CpuPath best = default_path_for(cpu_features());
   return best;
 }
 

@@ -22,13 +22,23 @@ const char* path_name(CpuPath path);
 // Throws std::invalid_argument for a name other than scalar, avx2, avx512 or amx.
 CpuPath parse_path(const std::string& name);
 
+struct CpuFeatures;
+
 // Empty when this CPU can run `path`; otherwise why not ("this CPU lacks avx512f", "the kernel
 // refused AMX tile data (arch_prctl)"). AMX asks the kernel for tile permission once.
 std::string path_unsupported_reason(CpuPath path);
 inline bool path_supported(CpuPath path) { return path_unsupported_reason(path).empty(); }
+// The same for a CPU with `features`, with or without emulated AMX tiles: pure, for tests.
+std::string path_unsupported_reason_for(CpuPath path, const CpuFeatures& features,
+                                        bool amx_emulated);
 
-// The fastest path this CPU supports.
+// The path taken when MET_CPU_ISA is unset: the fastest this CPU supports, except amx, which is
+// never chosen by itself (kAmxNotDefault says why); MET_CPU_ISA=amx still forces it.
 CpuPath best_path();
+// best_path's choice for a CPU with `features`: pure, so tests can hand it any CPU.
+CpuPath default_path_for(const CpuFeatures& features);
+// Why a CPU that runs the amx path does not take it by default, for `met doctor`.
+extern const char* const kAmxNotDefault;
 
 // MET_CPU_ISA when set, else best_path(); then whatever set_active_path chose last. Throws
 // std::runtime_error when MET_CPU_ISA names an unknown or unsupported path.

@@ -407,6 +407,32 @@ TEST(CpuPaths, ScalarIsAlwaysThereAndTheBestIsSupported) {
   }
 }
 
+// The default for CPUs this machine is not: amx is never chosen by itself (its tile kernel
+// measured slower than the VNNI kernel on AMX hardware), whatever else the CPU has.
+TEST(CpuPaths, TheDefaultOnAnAmxCpuIsTheAvx512Path) {
+  CpuFeatures avx2;
+  avx2.avx2 = avx2.fma = avx2.f16c = true;
+  CpuFeatures avx512 = avx2;
+  avx512.avx512f = avx512.avx512bw = avx512.avx512vl = avx512.avx512vnni = true;
+  avx512.avx512bf16 = true;
+  CpuFeatures amx = avx512;
+  amx.amx_tile = amx.amx_int8 = amx.amx_bf16 = amx.amx_permitted = true;
+  CpuFeatures amx_refused = amx;
+  amx_refused.amx_permitted = false;
+
+  EXPECT_EQ(path_unsupported_reason_for(CpuPath::kAmx, amx, false), "");
+  EXPECT_EQ(default_path_for(amx), CpuPath::kAvx512);
+  EXPECT_EQ(default_path_for(amx_refused), CpuPath::kAvx512);
+  EXPECT_EQ(default_path_for(avx512), CpuPath::kAvx512);
+  EXPECT_EQ(default_path_for(avx2), CpuPath::kAvx2);
+  EXPECT_EQ(default_path_for(CpuFeatures{}), CpuPath::kScalar);
+  EXPECT_NE(path_unsupported_reason_for(CpuPath::kAmx, amx_refused, false), "");
+  EXPECT_EQ(path_unsupported_reason_for(CpuPath::kAmx, avx512, true), "");
+  // This machine's own choice follows the same rule.
+  EXPECT_EQ(best_path(), default_path_for(cpu_features()));
+  EXPECT_NE(best_path(), CpuPath::kAmx);
+}
+
 TEST(CpuPaths, AForwardKeepsThePathItWasBuiltOn) {
   const CpuPath before = active_path();
   TinyModel m;

@@ -104,7 +104,23 @@ def test_doctor_reports_each_check_as_ok_or_problem() -> None:
     core = next(line for line in checks if line.split()[1] == "met._core")
     assert f"CPU kernels: {_core.cpu.cpu_path()}" in core
     cpu = next(line for line in checks if line.split()[1:3] == ["cpu", "path"])
-    assert f"{_core.cpu.cpu_path()} path (matmul {_core.cpu.matmul_kernel()})" in cpu
+    default = _core.cpu.default_path()
+    assert f"{default} path (default; matmul " in cpu
+    # On a CPU that runs the tiles the line says why the default is not amx.
+    amx_here = _core.cpu.path_support()["amx"] == ""
+    assert amx_here == ("amx is available but not the default" in cpu)
+
+
+def test_doctor_names_the_default_when_met_cpu_isa_forces_another_path() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "met.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        env=met_env(MET_CPU_ISA="scalar"),
+        timeout=120,
+    )
+    cpu = next(line for line in result.stdout.splitlines() if line.split()[1:3] == ["cpu", "path"])
+    assert f"scalar path (forced by MET_CPU_ISA; the default is {_core.cpu.default_path()}" in cpu
 
 
 @pytest.mark.parametrize("path", ["scalar", "avx2", "avx512", "amx", "sse9"])
