@@ -10,12 +10,12 @@ import pytest
 
 from met.chat.types import Finish, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart, Usage
 from met.sampling import Constraint
+from met.server.body import parse_body
 from met.server.errors import APIError
 from met.server.event_stream import with_heartbeat
 from met.server.messages import convert as messages_convert
 from met.server.messages.protocol import MessagesBody
 from met.server.messages.render import MessageRenderer, error_status_and_body
-from met.server.protocol import parse_body
 from met.server.responses import convert as responses_convert
 from met.server.responses.protocol import ResponsesBody
 from met.server.responses.render import ResponseRenderer

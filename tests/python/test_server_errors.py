@@ -82,7 +82,7 @@ CASES = [
     ),
     ("n-past-int64", CHAT, _chat(n=-(2**63) - 1), 400, "n", None),
     ("top-k-past-int64", CMPL, _cmpl(top_k=2**64), 400, "top_k", None),
-    ("prompt-id-past-int64", CMPL, _cmpl(prompt=[2**63]), 400, "prompt", None),
+    ("prompt-id-past-int64", CMPL, _cmpl(prompt=[2**63]), 400, "prompt[0]", None),
     ("detokenize-past-int64", "/detokenize", {"tokens": [2**63]}, 400, "tokens[0]", None),
     (
         "stream-options-no-stream",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from met.engine.outputs import EngineStats, SpecStats
+from met.server.body import parse_body
 from met.server.errors import APIError, from_value_error, location_to_param
 from met.server.generation import fit_max_tokens
 from met.server.metrics import ServerMetrics, api_label
-from met.server.protocol import ChatCompletionBody, CompletionBody, parse_body, sampling_params
+from met.server.protocol import ChatCompletionBody, CompletionBody, sampling_params
 from met.server.settings import SettingsError, load_settings
 from met.server.streaming import SSE_DONE, Envelope, sse
 
@@ -226,7 +227,7 @@ def test_max_tokens_clamped_to_context() -> None:
         (b'{"prompt": "x", "max_tokens": 9223372036854775808}', "max_tokens"),
         (b'{"prompt": "x", "top_k": -9223372036854775809}', "top_k"),
         (b'{"prompt": "x", "prompt_logprobs": 9223372036854775808}', "prompt_logprobs"),
-        (b'{"prompt": [1, 18446744073709551616]}', "prompt"),
+        (b'{"prompt": [1, 18446744073709551616]}', "prompt[1]"),
         (b'{"prompt": "x", "stream_options": {"include_usage": true}}', "stream_options"),
         (b'{"prompt": "x", "stream": false, "stream_options": {}}', "stream_options"),
     ],

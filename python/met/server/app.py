@@ -9,13 +9,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 import met
+from met.server.body import parse_body
 from met.server.cancel import cancel_request
 from met.server.chat import create_chat_completion, encode_messages
 from met.server.completions import create_completion
 from met.server.errors import APIError, install_error_handlers, invalid
 from met.server.messages.routes import count_tokens, create_message
 from met.server.middleware import AccessMiddleware
-from met.server.protocol import DetokenizeBody, TokenizeBody, parse_body
+from met.server.protocol import DetokenizeBody, TokenizeBody
 from met.server.responses.routes import create_response, delete_response, get_response
 from met.server.responses.store import ResponseStore
 from met.server.settings import ServerSettings

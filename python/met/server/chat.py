@@ -23,10 +23,11 @@ from met.chat.types import (
     Usage,
 )
 from met.engine.outputs import TokenLogprob
+from met.server.body import parse_body
 from met.server.chat_request import chat_request, internal_message
 from met.server.errors import invalid
 from met.server.logprobs import TokenText, chat_logprobs, prompt_logprobs_entries
-from met.server.protocol import ChatCompletionBody, ChatMessage, parse_body, sampling_params
+from met.server.protocol import ChatCompletionBody, ChatMessage, sampling_params
 from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
 

@@ -9,10 +9,11 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from met.server.body import parse_body
 from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
 from met.server.logprobs import LegacyLogprobs, TokenText, prompt_logprobs_entries
-from met.server.protocol import CompletionBody, parse_body, sampling_params
+from met.server.protocol import CompletionBody, sampling_params
 from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
 

@@ -3,53 +3,36 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic import Field
 
 from met.constraints import grammar_kind
 from met.sampling import Constraint, SamplingParams
-from met.server.errors import from_validation_error, from_value_error, invalid
+from met.server.body import Body
+from met.server.errors import from_value_error, invalid
 
 MAX_N = 16  # choices per request; each one is a sequence holding KV blocks
 MAX_STOP = 4
-_INT64 = 2**63
 
 
-def _int64(value: int) -> int:
-    # JSON integers are unbounded; OpenAI and vLLM refuse one past int64 rather than clamp it.
-    if not -_INT64 <= value < _INT64:
-        raise PydanticCustomError("int64", "must fit in a signed 64-bit integer")
-    return value
-
-
-Int64 = Annotated[int, AfterValidator(_int64)]
-
-
-class _Body(BaseModel):
-    # Strict: "5" is not an int and 1 is not a bool; NaN/Infinity are not numbers.
-    # Unknown fields are ignored as other OpenAI-compatible servers do.
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
-
-
-class StreamOptions(_Body):
+class StreamOptions(Body):
     include_usage: bool | None = None
 
 
-class JsonSchemaFormat(_Body):
+class JsonSchemaFormat(Body):
     name: str | None = None
     # "schema" would shadow a BaseModel attribute.
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormat(_Body):
+class ResponseFormat(Body):
     type: str
     json_schema: JsonSchemaFormat | None = None
 
 
-class StructuredOutputs(_Body):
+class StructuredOutputs(Body):
     """vLLM's structured_outputs: one of these."""
 
     json_: dict[str, Any] | str | None = Field(default=None, alias="json")
@@ -60,16 +43,16 @@ class StructuredOutputs(_Body):
     structural_tag: Any = None  # refused by name rather than ignored
 
 
-class _GenerationBody(_Body):
+class _GenerationBody(Body):
     model: str | None = None
-    n: Int64 | None = None
-    max_tokens: Int64 | None = None
-    min_tokens: Int64 | None = None
+    n: int | None = None
+    max_tokens: int | None = None
+    min_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: Int64 | None = None
+    top_k: int | None = None
     min_p: float | None = None
-    seed: Int64 | None = None
+    seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
@@ -88,7 +71,7 @@ class _GenerationBody(_Body):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     # vLLM's: the prompt tokens' logprobs with this many alternatives each.
-    prompt_logprobs: Int64 | None = None
+    prompt_logprobs: int | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -96,30 +79,30 @@ class _GenerationBody(_Body):
 
 
 class CompletionBody(_GenerationBody):
-    prompt: str | list[Int64] | list[str] | list[list[Int64]]
+    prompt: str | list[int] | list[str] | list[list[int]]
     echo: bool | None = None
-    logprobs: Int64 | None = None
+    logprobs: int | None = None
     suffix: str | None = None
-    best_of: Int64 | None = None
+    best_of: int | None = None
 
 
-class ContentPart(_Body):
+class ContentPart(Body):
     type: str
     text: str | None = None
 
 
-class FunctionCall(_Body):
+class FunctionCall(Body):
     name: str
     arguments: str
 
 
-class MessageToolCall(_Body):
+class MessageToolCall(Body):
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(_Body):
+class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -132,37 +115,27 @@ class ChatMessage(_Body):
 
 class ChatCompletionBody(_GenerationBody):
     messages: list[ChatMessage]
-    max_completion_tokens: Int64 | None = None
+    max_completion_tokens: int | None = None
     logprobs: bool | None = None
-    top_logprobs: Int64 | None = None
+    top_logprobs: int | None = None
     # Tools are checked by met.server.chat_request, which reports every fault as param "tools".
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
-    max_thinking_tokens: Int64 | None = None
+    max_thinking_tokens: int | None = None
 
 
-class TokenizeBody(_Body):
+class TokenizeBody(Body):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
 
 
-class DetokenizeBody(_Body):
+class DetokenizeBody(Body):
     model: str | None = None
-    tokens: list[Int64]
-
-
-BodyT = TypeVar("BodyT", bound=_Body)
-
-
-def parse_body(raw: bytes, model: type[BodyT]) -> BodyT:
-    try:
-        return model.model_validate_json(raw or b"")
-    except ValidationError as e:
-        raise from_validation_error(e) from None
+    tokens: list[int]
 
 
 def sampling_params(

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from met.server.body import Body
 
 
-class _Body(BaseModel):
-    # As met.server.protocol: strict types, unknown fields (cache_control, ...) ignored.
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
-
-
-class Block(_Body):
+class Block(Body):
     """One content block; which fields matter depends on `type` (checked by the converter, so
     an unknown type gets a 400 that names it)."""
 
@@ -30,40 +27,40 @@ class Block(_Body):
     thinking: str | None = None
 
 
-class Message(_Body):
+class Message(Body):
     role: Literal["user", "assistant"]
     content: str | list[Block]
 
 
-class Tool(_Body):
+class Tool(Body):
     name: str
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     type: str | None = None  # "custom" or absent for client tools; server tools are refused
 
 
-class ToolChoice(_Body):
+class ToolChoice(Body):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
-class Thinking(_Body):
+class Thinking(Body):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = None
 
 
-class OutputFormat(_Body):
+class OutputFormat(Body):
     type: Literal["json_schema"]
     schema_: dict[str, Any] = Field(alias="schema")
 
 
-class OutputConfig(_Body):
+class OutputConfig(Body):
     effort: str | None = None
     format: OutputFormat | None = None
 
 
-class _Common(_Body):
+class _Common(Body):
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
     system: str | list[Block] | None = None

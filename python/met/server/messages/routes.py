@@ -12,12 +12,12 @@ from fastapi.responses import JSONResponse, Response
 
 from met.chat.pipeline import ChatRun, prepare
 from met.sampling import SamplingParams
+from met.server.body import parse_body
 from met.server.errors import APIError, ClientDisconnectedError
 from met.server.event_stream import result_events, stream_response
 from met.server.messages.convert import sampling_params, to_chat_request
 from met.server.messages.protocol import CountTokensBody, MessagesBody
 from met.server.messages.render import MessageRenderer, error_status_and_body, frame
-from met.server.protocol import parse_body
 from met.server.state import ServerState
 
 log = logging.getLogger("met.server")

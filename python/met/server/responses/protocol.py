@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from met.server.body import Body
 
 
-class _Body(BaseModel):
-    # As met.server.protocol: strict types, unknown fields ignored.
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
-
-
-class Part(_Body):
+class Part(Body):
     type: str
     text: str | None = None
 
 
-class Item(_Body):
+class Item(Body):
     """One input item; which fields matter depends on `type` (the converter checks them, so an
     unknown type is a 400 that names it). A message may leave `type` out."""
 
@@ -38,7 +35,7 @@ class Item(_Body):
     summary: list[Part] | None = None
 
 
-class Tool(_Body):
+class Tool(Body):
     type: str
     name: str | None = None
     description: str | None = None
@@ -48,23 +45,23 @@ class Tool(_Body):
     format: dict[str, Any] | None = None  # custom: {"type": "text"} or a grammar
 
 
-class TextFormat(_Body):
+class TextFormat(Body):
     type: str
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class Text(_Body):
+class Text(Body):
     format: TextFormat | None = None
 
 
-class Reasoning(_Body):
+class Reasoning(Body):
     effort: str | None = None
     summary: str | None = None
 
 
-class ResponsesBody(_Body):
+class ResponsesBody(Body):
     model: str | None = None
     input: str | list[Item] = ""
     instructions: str | None = None

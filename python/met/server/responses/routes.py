@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from met.chat.pipeline import ChatRun, prepare
 from met.chat.types import ChatMessage, ChatResult
+from met.server.body import parse_body
 from met.server.errors import APIError
 from met.server.event_stream import SSE_HEADERS, result_events, stream_response
-from met.server.protocol import parse_body
 from met.server.responses.convert import Converted, input_messages, to_chat_request
 from met.server.responses.protocol import Item, ResponsesBody
 from met.server.responses.render import ResponseRenderer, new_id
