@@ -80,6 +80,7 @@ def test_messages_content_blocks_onto_chat_messages() -> None:
         tools=[{"name": "get", "input_schema": {"type": "object"}, "cache_control": {}}],
         tool_choice={"type": "any", "disable_parallel_tool_use": True},
         thinking={"type": "enabled", "budget_tokens": 64},
+        max_tokens=128,
     )
     user, assistant, tool, again = request.messages
     assert (user.role, user.content) == ("user", "Weather?")

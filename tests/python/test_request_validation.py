@@ -1,5 +1,6 @@
 """Checks every route's body gets before anything is queued, without a model: integers within
-int64 on every route (one validator on the shared base)."""
+int64 on every route (one validator on the shared base), tool results that answer a tool_use,
+and a thinking budget that leaves room in max_tokens."""
 
 from __future__ import annotations
 
@@ -13,12 +14,19 @@ from pydantic import BaseModel
 import met.server
 from met.server.body import Body, parse_body
 from met.server.errors import APIError
+from met.server.messages import convert as messages_convert
 from met.server.messages.protocol import CountTokensBody, MessagesBody
 from met.server.protocol import ChatCompletionBody, CompletionBody, DetokenizeBody
 from met.server.responses.protocol import ResponsesBody
 
 BIG = 2**63
 USER = {"role": "user", "content": "hi"}
+CALL = {"type": "tool_use", "id": "toolu_1", "name": "get", "input": {}}
+ASSISTANT = {"role": "assistant", "content": [CALL]}
+
+
+def _result(tool_use_id: str) -> dict:
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": "ok"}
 
 
 # (body model, body, the param the 400 names): an integer field of each route, at every depth.
@@ -90,3 +98,78 @@ def _subclasses(cls: type) -> set[type]:
     for sub in list(out):
         out |= _subclasses(sub)
     return out
+
+
+def _messages(max_tokens: int = 16, **body) -> MessagesBody:
+    return parse_body(json.dumps({"max_tokens": max_tokens, **body}).encode(), MessagesBody)
+
+
+def _convert(body: MessagesBody):
+    return messages_convert.to_chat_request(body, messages_convert.sampling_params(body))
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([USER, ASSISTANT, {"role": "user", "content": [_result("toolu_2")]}], "messages[2]"),
+        ([{"role": "user", "content": [_result("toolu_1")]}], "messages[0]"),
+        (
+            # Only the turn just before counts: toolu_1 was answered two turns ago.
+            [
+                USER,
+                ASSISTANT,
+                {"role": "user", "content": [_result("toolu_1")]},
+                {"role": "assistant", "content": "Done."},
+                {"role": "user", "content": [_result("toolu_1")]},
+            ],
+            "messages[4]",
+        ),
+    ],
+)
+def test_a_tool_result_for_no_tool_use_is_a_400(messages: list, param: str) -> None:
+    body = _messages(messages=messages)
+    with pytest.raises(APIError) as e:
+        _convert(body)
+    assert (e.value.status, e.value.param) == (400, f"{param}.content[0].tool_use_id")
+    assert "toolu_" in e.value.message and "no tool_use block" in e.value.message
+    count = parse_body(json.dumps({"messages": messages}).encode(), CountTokensBody)
+    with pytest.raises(APIError):  # count_tokens converts the same way
+        messages_convert.to_chat_request(count, messages_convert.sampling_params(body))
+
+
+def test_tool_results_answer_the_assistant_turn_before() -> None:
+    # Consecutive messages of a role are one turn, as Anthropic joins them.
+    second = {**CALL, "id": "toolu_2"}
+    request = _convert(
+        _messages(
+            messages=[
+                USER,
+                ASSISTANT,
+                {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, second]},
+                {"role": "user", "content": [_result("toolu_1")]},
+                {"role": "user", "content": [_result("toolu_2")]},
+            ]
+        )
+    )
+    assert [m.tool_call_id for m in request.messages if m.role == "tool"] == ["toolu_1", "toolu_2"]
+
+
+@pytest.mark.parametrize("max_tokens", [16, 4096])
+def test_max_tokens_must_exceed_the_thinking_budget(max_tokens: int) -> None:
+    body = _messages(
+        max_tokens, messages=[USER], thinking={"type": "enabled", "budget_tokens": 4096}
+    )
+    with pytest.raises(APIError) as e:
+        messages_convert.sampling_params(body)
+    assert (e.value.status, e.value.param) == (400, "max_tokens")
+    assert "thinking.budget_tokens (4096)" in e.value.message
+
+
+def test_a_thinking_budget_within_max_tokens_passes() -> None:
+    enabled = _messages(4097, messages=[USER], thinking={"type": "enabled", "budget_tokens": 4096})
+    assert _convert(enabled).max_thinking_tokens == 4096
+    adaptive = _messages(16, messages=[USER], thinking={"type": "adaptive", "budget_tokens": 4096})
+    assert _convert(adaptive).enable_thinking is True
+    with pytest.raises(APIError) as e:
+        _messages(16, messages=[USER], thinking={"type": "enabled", "budget_tokens": -1})
+    assert e.value.param == "thinking.budget_tokens"

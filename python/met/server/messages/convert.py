@@ -24,8 +24,7 @@ _EMPTY_OBJECT = {"type": "object", "properties": {}}
 def to_chat_request(body: _Common, params: SamplingParams) -> ChatRequest:
     """The internal request for `body`: the same one for /v1/messages and count_tokens."""
     messages = [ChatMessage("system", s) for s in [system_text(body.system)] if s]
-    for i, message in enumerate(body.messages):
-        messages += _convert_message(message, f"messages[{i}]")
+    messages += _convert_messages(body.messages)
     choice, parallel = _tool_choice(body.tool_choice)
     request = ChatRequest(
         messages=messages,
@@ -45,6 +44,13 @@ def to_chat_request(body: _Common, params: SamplingParams) -> ChatRequest:
 
 
 def sampling_params(body: MessagesBody) -> SamplingParams:
+    thinking = body.thinking
+    budget = thinking.budget_tokens if thinking and thinking.type == "enabled" else None
+    if budget is not None and body.max_tokens <= budget:
+        # As Anthropic: the thinking is part of the answer, so its budget must leave room.
+        raise invalid(
+            f"max_tokens: must be greater than thinking.budget_tokens ({budget})", "max_tokens"
+        )
     params = SamplingParams(
         max_tokens=body.max_tokens,
         temperature=_or(body.temperature, 1.0),
@@ -83,12 +89,23 @@ def system_text(system: str | list[Block] | None) -> str:
     return "\n\n".join(parts)
 
 
-def _convert_message(message: Message, where: str) -> list[ChatMessage]:
-    if isinstance(message.content, str):
-        return [ChatMessage(message.role, message.content)]
-    if message.role == "assistant":
-        return [_assistant(message.content, where)]
-    return _user(message.content, where)
+def _convert_messages(messages: list[Message]) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    calls: set[str] = set()  # the tool_use ids of the assistant turn before
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if isinstance(message.content, str):
+            out.append(ChatMessage(message.role, message.content))
+        elif message.role == "assistant":
+            out.append(_assistant(message.content, where))
+        else:
+            out += _user(message.content, where, calls)
+        if message.role == "assistant":
+            # Anthropic joins consecutive messages of a role into one turn, so a run of
+            # assistant messages is one turn whose calls the next user turn may answer.
+            joined = i > 0 and messages[i - 1].role == "assistant"
+            calls = (calls if joined else set()) | {c.id for c in out[-1].tool_calls}
+    return out
 
 
 def _assistant(blocks: list[Block], where: str) -> ChatMessage:
@@ -114,9 +131,11 @@ def _assistant(blocks: list[Block], where: str) -> ChatMessage:
     return out
 
 
-def _user(blocks: list[Block], where: str) -> list[ChatMessage]:
+def _user(blocks: list[Block], where: str, calls: set[str]) -> list[ChatMessage]:
     # Tool results come first in a user turn (the API requires it); each becomes a tool message
-    # and any text after them one user message.
+    # and any text after them one user message. Each must answer one of `calls`, the previous
+    # turn's tool_use blocks, as Anthropic requires: a result for no call is a client's bug
+    # that the model would otherwise be shown as if it were history.
     out: list[ChatMessage] = []
     text: list[str] = []
     for j, block in enumerate(blocks):
@@ -126,6 +145,12 @@ def _user(blocks: list[Block], where: str) -> list[ChatMessage]:
         elif block.type == "tool_result":
             if not block.tool_use_id:
                 raise invalid(f"{at}.tool_use_id: required", f"{at}.tool_use_id")
+            if block.tool_use_id not in calls:
+                raise invalid(
+                    f"{at}.tool_use_id: '{block.tool_use_id}' answers no tool_use block of the "
+                    "previous assistant message; each tool_result must have one",
+                    f"{at}.tool_use_id",
+                )
             content = _result_text(block.content, at)
             if block.is_error:
                 content = f"Error: {content}"

@@ -47,7 +47,7 @@ class ToolChoice(Body):
 
 class Thinking(Body):
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: int | None = None
+    budget_tokens: int | None = Field(default=None, ge=0)
 
 
 class OutputFormat(Body):
