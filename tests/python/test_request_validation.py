@@ -1,6 +1,6 @@
 """Checks every route's body gets before anything is queued, without a model: integers within
-int64 on every route (one validator on the shared base), tool results that answer a tool_use,
-and a thinking budget that leaves room in max_tokens."""
+int64 on every route (one validator on the shared base), tool results and outputs that answer a
+call, and a thinking budget that leaves room in max_tokens."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import pytest
 from pydantic import BaseModel
 
 import met.server
+from met.chat.types import ChatMessage, ToolCall
 from met.server.body import Body, parse_body
 from met.server.errors import APIError
 from met.server.messages import convert as messages_convert
 from met.server.messages.protocol import CountTokensBody, MessagesBody
 from met.server.protocol import ChatCompletionBody, CompletionBody, DetokenizeBody
+from met.server.responses import convert as responses_convert
 from met.server.responses.protocol import ResponsesBody
 
 BIG = 2**63
@@ -173,3 +175,31 @@ def test_a_thinking_budget_within_max_tokens_passes() -> None:
     with pytest.raises(APIError) as e:
         _messages(16, messages=[USER], thinking={"type": "enabled", "budget_tokens": -1})
     assert e.value.param == "thinking.budget_tokens"
+
+
+def _responses(*items: dict) -> ResponsesBody:
+    return parse_body(json.dumps({"input": [USER, *items]}).encode(), ResponsesBody)
+
+
+FUNCTION_CALL = {"type": "function_call", "call_id": "call_1", "name": "get", "arguments": "{}"}
+
+
+@pytest.mark.parametrize("kind", ["function_call_output", "custom_tool_call_output"])
+def test_a_function_call_output_for_no_call_is_a_400(kind: str) -> None:
+    body = _responses(FUNCTION_CALL, {"type": kind, "call_id": "call_2", "output": "x"})
+    with pytest.raises(APIError) as e:
+        responses_convert.to_chat_request(body, [])
+    assert (e.value.status, e.value.param) == (400, "input[2].call_id")
+    assert "No tool call found" in e.value.message and "'call_2'" in e.value.message
+
+
+def test_a_function_call_output_answers_the_input_or_the_previous_response() -> None:
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "x"}
+    here = responses_convert.to_chat_request(_responses(FUNCTION_CALL, output), [])
+    assert here.history[-1].tool_call_id == "call_1"
+    previous = [
+        ChatMessage("user", "hi"),
+        ChatMessage("assistant", tool_calls=[ToolCall("call_1", "get", "{}")]),
+    ]
+    follow = responses_convert.to_chat_request(_responses(output), previous)
+    assert follow.history[-1].tool_call_id == "call_1"

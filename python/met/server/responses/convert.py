@@ -17,6 +17,8 @@ log = logging.getLogger("met.server")
 # call back into its namespace and name.
 NAMESPACE_SEPARATOR = "__"
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+_CALLS = ("function_call", "custom_tool_call")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
@@ -42,6 +44,7 @@ def to_chat_request(body: ResponsesBody, previous: list[ChatMessage]) -> Convert
     specs, names = tools(body.tools or [])
     items = [Item(role="user", content=body.input)] if isinstance(body.input, str) else body.input
     history = [*previous, *input_messages(items)]
+    _check_outputs_answer_calls(items, previous)
     if not any(m.role != "system" for m in history):
         raise invalid("input: at least one input item is required", "input")
     system = [ChatMessage("system", body.instructions)] if body.instructions else []
@@ -89,9 +92,9 @@ def input_messages(items: list[Item]) -> list[ChatMessage]:
             reasoning += [p.text or "" for p in (item.summary or []) + _parts(item.content)]
         elif kind == "message":
             out.append(_message(item, where))
-        elif kind in ("function_call", "custom_tool_call"):
+        elif kind in _CALLS:
             _turn(out).tool_calls.append(_call(item, where))
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+        elif kind in _OUTPUTS:
             if not item.call_id:
                 raise invalid(f"{where}.call_id: required", f"{where}.call_id")
             out.append(ChatMessage("tool", _text(item.output, where), tool_call_id=item.call_id))
@@ -103,6 +106,19 @@ def input_messages(items: list[Item]) -> list[ChatMessage]:
             out[-1].reasoning = (out[-1].reasoning or "") + "".join(reasoning)
             reasoning = []
     return out
+
+
+def _check_outputs_answer_calls(items: list[Item], previous: list[ChatMessage]) -> None:
+    """As OpenAI: a tool output must answer a call in the input or the previous response."""
+    calls = {call.id for message in previous for call in message.tool_calls}
+    calls |= {item.call_id for item in items if item.type in _CALLS and item.call_id}
+    for i, item in enumerate(items):
+        if item.type in _OUTPUTS and item.call_id not in calls:
+            raise invalid(
+                f"input[{i}].call_id: No tool call found for {item.type} with call_id "
+                f"'{item.call_id}' in the input or the previous response",
+                f"input[{i}].call_id",
+            )
 
 
 def _turn(out: list[ChatMessage]) -> ChatMessage:
