@@ -52,6 +52,8 @@ cpu::LayerWeights parse_layer(const py::dict& d) {
   l.rope_cos = optional("rope_cos");
   l.rope_sin = optional("rope_sin");
   if (d.contains("window")) l.window = d["window"].cast<int64_t>();
+  l.qk_norm_full = d.contains("qk_norm_full") && d["qk_norm_full"].cast<bool>();
+  l.no_rope = d.contains("no_rope") && d["no_rope"].cast<bool>();
   if (d.contains("router")) {  // a MoE layer: [(gate_up, down)] per expert
     l.router = ptr<const float>(d["router"].cast<uintptr_t>());
     for (const py::handle expert : d["experts"].cast<py::list>()) {
@@ -90,6 +92,10 @@ cpu::LlamaDims parse_dims(const py::dict& d) {
   if (d.contains("final_softcap")) dims.final_softcap = d["final_softcap"].cast<float>();
   if (d.contains("embed_scale")) dims.embed_scale = d["embed_scale"].cast<float>();
   dims.gelu = d.contains("gelu") && d["gelu"].cast<bool>();
+  if (d.contains("attn_temp_scale")) {
+    dims.attn_temp_scale = d["attn_temp_scale"].cast<double>();
+    dims.attn_temp_length = d["attn_temp_length"].cast<int64_t>();
+  }
   return dims;
 }
 

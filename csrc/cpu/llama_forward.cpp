@@ -49,8 +49,12 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   const int64_t q_width = d.n_heads * d.head_dim;
   require(d.n_experts == 0 || (d.n_experts_used > 0 && d.n_experts_used <= d.n_experts),
           "experts used per token must be 1..n_experts");
+  require(d.attn_temp_scale == 0.0 || d.attn_temp_length > 0,
+          "query temperature needs a positive length");
   for (const LayerWeights& l : w_.layers) {
-    require(l.attn_norm && l.mlp_norm, "null norm weight");
+    require((l.attn_norm != nullptr) == (l.mlp_norm != nullptr), "one pre-norm weight is null");
+    require(l.attn_norm != nullptr || (l.post_attn_norm && l.post_mlp_norm),
+            "a layer without pre-norms needs post norms");
     require(l.window >= 0, "a layer's window must be >= 0");
     check_weight(l.wqkv, qkv_width_, d.dim, "wqkv");
     check_weight(l.wo, d.dim, q_width, "wo");
@@ -212,7 +216,11 @@ void LlamaForward::residual_norm_row(int64_t t, const float* norm, bool add_delt
     if (post_norm != nullptr) rms_norm_row(delta, post_norm, delta, dim, dims_.norm_eps);
     for (int64_t i = 0; i < dim; ++i) x[i] += delta[i];
   }
-  rms_norm_row(x, norm, h_.data() + t * dim, dim, dims_.norm_eps);
+  if (norm != nullptr) {
+    rms_norm_row(x, norm, h_.data() + t * dim, dim, dims_.norm_eps);
+  } else {
+    std::memcpy(h_.data() + t * dim, x, sizeof(float) * dim);
+  }
   quantize_act_row(h_.data(), dim, t, acts, isa_);
 }
 
@@ -273,25 +281,48 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
     if (w.bqkv != nullptr) {
       for (int64_t i = 0; i < qkv_width_; ++i) qkv[i] += w.bqkv[i];
     }
-    if (w.q_norm != nullptr) {
-      for (int64_t h = 0; h < d.n_heads; ++h)
-        rms_norm_row(qkv + h * hd, w.q_norm, qkv + h * hd, hd, d.norm_eps);
+    qk_norms(w, qkv);
+    if (!w.no_rope) {
+      const int64_t row = static_cast<int64_t>(positions_[t]) * (hd / 2);
+      const float* cos = (w.rope_cos != nullptr ? w.rope_cos : w_.rope_cos) + row;
+      const float* sin = (w.rope_sin != nullptr ? w.rope_sin : w_.rope_sin) + row;
+      for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)
+        rope_rotate_half(qkv + h * hd, cos, sin, hd);
     }
-    if (w.k_norm != nullptr) {
-      for (int64_t h = 0; h < d.n_kv_heads; ++h) {
-        float* head = qkv + q_width + h * hd;
-        rms_norm_row(head, w.k_norm, head, hd, d.norm_eps);
-      }
+    float* q = q_.data() + t * q_width;
+    std::memcpy(q, qkv, sizeof(float) * q_width);
+    if (d.attn_temp_scale != 0.0) {
+      // In double, then rounded once, as the torch forward computes the factor.
+      const double steps = std::floor(static_cast<double>(positions_[t]) / d.attn_temp_length);
+      const auto scale = static_cast<float>(1.0 + d.attn_temp_scale * std::log1p(steps));
+      for (int64_t i = 0; i < q_width; ++i) q[i] *= scale;
     }
-    const int64_t row = static_cast<int64_t>(positions_[t]) * (hd / 2);
-    const float* cos = (w.rope_cos != nullptr ? w.rope_cos : w_.rope_cos) + row;
-    const float* sin = (w.rope_sin != nullptr ? w.rope_sin : w_.rope_sin) + row;
-    for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)
-      rope_rotate_half(qkv + h * hd, cos, sin, hd);
-    std::memcpy(q_.data() + t * q_width, qkv, sizeof(float) * q_width);
     const int64_t slot = layer_offset + slots_[t] * kv_width;
     store_kv(qkv + q_width, k_cache_, slot, kv_width);
     store_kv(qkv + q_width + kv_width, v_cache_, slot, kv_width);
+  }
+}
+
+void LlamaForward::qk_norms(const LayerWeights& w, float* qkv) const {
+  const LlamaDims& d = dims_;
+  const int64_t hd = d.head_dim;
+  const int64_t q_width = d.n_heads * hd;
+  if (w.qk_norm_full) {
+    if (w.q_norm != nullptr) rms_norm_row(qkv, w.q_norm, qkv, q_width, d.norm_eps);
+    if (w.k_norm != nullptr) {
+      rms_norm_row(qkv + q_width, w.k_norm, qkv + q_width, d.n_kv_heads * hd, d.norm_eps);
+    }
+    return;
+  }
+  if (w.q_norm != nullptr) {
+    for (int64_t h = 0; h < d.n_heads; ++h)
+      rms_norm_row(qkv + h * hd, w.q_norm, qkv + h * hd, hd, d.norm_eps);
+  }
+  if (w.k_norm != nullptr) {
+    for (int64_t h = 0; h < d.n_kv_heads; ++h) {
+      float* head = qkv + q_width + h * hd;
+      rms_norm_row(head, w.k_norm, head, hd, d.norm_eps);
+    }
   }
 }
 

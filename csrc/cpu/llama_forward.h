@@ -1,5 +1,6 @@
-// Owns: one packed forward of a decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3; mixture-of-
-//   experts MLPs: Qwen3-MoE, Mixtral) on the CPU with the linear weights kept in GGUF blocks: the
+// Owns: one packed forward of a decoder (each layer as python/met/model/families plans it: window,
+//   RoPE or none, Q/K norms per head or over the projection, pre/post/sandwich norms, dense or
+//   mixture-of-experts MLP) on the CPU with the linear weights kept in GGUF blocks: the
 //   whole layer loop runs in C++ inside one OpenMP team, so a decode step costs no per-op trip
 //   through Python.
 // Called by: csrc/bindings/cpu_forward.cpp (python/met/model/cpu_llama.py), tests/cpp.
@@ -28,6 +29,8 @@ struct QuantWeight {
 };
 
 struct LayerWeights {
+  // The pre-norms of attention and MLP; both null in a layer without them (OLMo 2, whose
+  // sublayers read the residual stream as is and have post norms instead).
   const float* attn_norm = nullptr;
   QuantWeight wqkv;             // q rows, then k rows, then v rows (rotate-half order)
   const float* bqkv = nullptr;  // Qwen2's q/k/v biases; null when the model has none
@@ -35,6 +38,9 @@ struct LayerWeights {
   // model has none.
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  // OLMo 2: q_norm [n_heads * head_dim] and k_norm [n_kv_heads * head_dim] normalize the whole
+  // projection instead of each head.
+  bool qk_norm_full = false;
   QuantWeight wo;
   const float* mlp_norm = nullptr;
   QuantWeight w_gate_up;  // gate rows, then up rows
@@ -51,6 +57,7 @@ struct LayerWeights {
   // null: the model's.
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
+  bool no_rope = false;  // Q and K stay unrotated (SmolLM3's every 4th layer)
   // This layer's attention window (keys p - window + 1 .. p for a query at p); 0: the whole
   // context.
   int64_t window = 0;
@@ -81,6 +88,10 @@ struct LlamaDims {
   float final_softcap = 0.0f;
   float embed_scale = 1.0f;
   bool gelu = false;
+  // Query temperature (Ministral 3): queries at position p scaled after RoPE by
+  // 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)); 0: none.
+  double attn_temp_scale = 0.0;
+  int64_t attn_temp_length = 0;
 };
 
 struct LlamaWeights {
@@ -148,6 +159,7 @@ class LlamaForward {
   void residual_norm_row(int64_t t, const float* norm, bool add_delta, const float* post_norm,
                          const detail::QuantActs& acts);
   void rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens);
+  void qk_norms(const LayerWeights& w, float* qkv) const;  // one token's Q/K norms, in place
   // Element `offset` of a pool, in its element type.
   void* kv_at(void* pool, int64_t offset) const;
   // n floats into the pool at element `offset` (rounded to fp16 with kv_half).

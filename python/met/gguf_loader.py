@@ -15,8 +15,8 @@ from gguf.quants import dequantize
 from met.kernels.cpu_quant import QuantLinear
 from met.kernels.requant import to_kernel_blocks
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+from met.model.families import FAMILIES, gguf_family
 from met.model.fused import FUSED_QKV, split_fused
-from met.model.gemma import apply_gemma_gguf
 from met.model.linear import Weight
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
@@ -32,11 +32,6 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
 }
-# Architectures whose Q/K rows llama.cpp's converter interleaves for its RoPE kernel. Qwen2 files
-# use NEOX RoPE and keep the original row order.
-_PERMUTED_ARCHS = {"llama"}
-_SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe"}
-
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
     "output.weight": "lm_head",
@@ -117,12 +112,7 @@ def field_value(reader: GGUFReader, key: str, default: Any = None) -> Any:
 def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     """The decoder's shape and the chat metadata, as llama.cpp names them."""
     arch = field_value(reader, "general.architecture")
-    if arch not in _SUPPORTED_ARCHS:
-        raise ModelLoadError(
-            f"{path}: architecture {arch!r} is not supported (supported: "
-            f"{', '.join(sorted(_SUPPORTED_ARCHS))}); use a Llama/Mistral/Mixtral/Qwen/Phi-3/"
-            "Gemma-style model"
-        )
+    family = gguf_family(arch, path)
 
     def get(key: str, default: Any = None) -> Any:
         value = field_value(reader, f"{arch}.{key}", default)
@@ -138,11 +128,11 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     # Chat models may end a turn with a token other than EOS (Llama 3's <|eot_id|>).
     eos_keys = ("eos_token_id", "eot_token_id", "eom_token_id")
     eos = [field_value(reader, f"tokenizer.ggml.{k}") for k in eos_keys]
-    if arch in ("gemma2", "gemma3") and "<end_of_turn>" in tokens:
-        # Gemma ends a turn with <end_of_turn> (llama.cpp stops there too), its EOS is <eos>.
-        eos.append(tokens.index("<end_of_turn>"))
+    # A turn may end with a token other than EOS (Gemma's <end_of_turn>: llama.cpp stops there).
+    eos += [tokens.index(t) for t in family.turn_end_tokens if t in tokens]
     config = ModelConfig(
         architecture=arch,
+        family=family.name,
         n_layers=int(get("block_count")),
         n_heads=n_heads,
         n_kv_heads=int(get("attention.head_count_kv", n_heads)),
@@ -177,14 +167,18 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     window = field_value(reader, f"{arch}.attention.sliding_window")
     if window and int(window) < config.context_length:
         config.sliding_window = int(window)
-    if arch in ("gemma2", "gemma3"):
-        apply_gemma_gguf(config, lambda key, default: field_value(reader, f"{arch}.{key}", default))
+    try:
+        family.gguf_config(config, lambda key, dflt: field_value(reader, f"{arch}.{key}", dflt))
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from None
     rotated = int(get("rope.dimension_count", config.head_dim))
     if rotated != config.head_dim:
         raise ModelLoadError(
             f"{path}: RoPE over {rotated} of {config.head_dim} head dimensions (partial rotary) "
             "is not supported"
         )
+    if config.layers is None:  # the family hook may have planned the layers itself
+        config.layers = family.layers(config)
     config.validate(str(path))
     return config
 
@@ -194,10 +188,20 @@ def _rope_scaling(reader: GGUFReader, arch: str) -> RopeScaling | None:
     factor = field_value(reader, f"{arch}.rope.scaling.factor")
     if kind in (None, "none") or not factor:
         return None
-    if kind != "linear":
-        raise ModelLoadError(f"RoPE scaling {kind!r} is not supported (only linear and llama3)")
+    if kind not in ("linear", "yarn"):
+        raise ModelLoadError(
+            f"RoPE scaling {kind!r} is not supported (only linear, llama3 and yarn)"
+        )
     original = field_value(reader, f"{arch}.rope.scaling.original_context_length", 0)
-    return RopeScaling(kind="linear", factor=float(factor), original_context=int(original))
+    fast = field_value(reader, f"{arch}.rope.scaling.yarn_beta_fast", 32.0)
+    slow = field_value(reader, f"{arch}.rope.scaling.yarn_beta_slow", 1.0)
+    return RopeScaling(
+        kind=kind,
+        factor=float(factor),
+        original_context=int(original),
+        beta_fast=float(fast),
+        beta_slow=float(slow),
+    )
 
 
 def _dequantize(tensor: Any, path: Path) -> np.ndarray:
@@ -316,9 +320,10 @@ def _weight(
         weight = torch.from_numpy(raw)
     else:
         weight = torch.from_numpy(_dequantize(tensor, path))
-    if config.architecture in _PERMUTED_ARCHS and name.endswith((".wq", ".bq")):
+    permuted = FAMILIES[config.family].gguf_permuted
+    if permuted and name.endswith((".wq", ".bq")):
         weight = unpermute_rows(weight, config.n_heads)
-    elif config.architecture in _PERMUTED_ARCHS and name.endswith((".wk", ".bk")):
+    elif permuted and name.endswith((".wk", ".bk")):
         weight = unpermute_rows(weight, config.n_kv_heads)
     if blocks:
         return QuantLinear(weight, qtype, weight.shape[0], int(tensor.shape[0]))

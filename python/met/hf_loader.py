@@ -1,5 +1,5 @@
-"""Read a Hugging Face model folder (Llama/Mistral/Qwen/Phi-3/Gemma dense; Qwen3-MoE/Mixtral)
-into ModelConfig + weights."""
+"""Read a Hugging Face model folder of any family in met.model.families into ModelConfig +
+weights: the fields every family shares here, the rest by the family's module."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from safetensors import safe_open
 
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
+from met.model.families import FAMILIES, Family, hf_family
+from met.model.families.spec import rope_settings
 from met.model.fused import FUSED_GATE_UP, FUSED_QKV, split_fused
-from met.model.gemma import HF_LAYER_NORMS, HF_MODEL_TYPES, apply_gemma_hf, fold_hf_norms
 
-_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3", "phi3", "qwen3_moe", "mixtral", *HF_MODEL_TYPES}
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "embed",
     "lm_head.weight": "lm_head",
@@ -43,8 +43,6 @@ _LAYER_NAMES = {
     "block_sparse_moe.gate.weight": "router",  # Mixtral
 }
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
-# Gemma 3's multimodal checkpoints keep the text model under a prefix (newer and older spelling).
-_TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
 # One expert's weights: Qwen3-MoE's mlp.experts.{e}.*_proj, Mixtral's block_sparse_moe w1/w3/w2.
 _EXPERT_RE = re.compile(r"(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
 _EXPERT_NAMES = {
@@ -71,14 +69,9 @@ def read_hf_config(folder: str | Path) -> ModelConfig:
             "point at a Hugging Face model folder"
         ) from exc
     model_type = raw.get("model_type")
-    if model_type not in _SUPPORTED:
-        raise ModelLoadError(
-            f"{folder}: model_type {model_type!r} is not supported "
-            f"(supported: {', '.join(sorted(_SUPPORTED))})"
-        )
-    if isinstance(raw.get("text_config"), dict):  # Gemma 3's multimodal config
+    family = hf_family(model_type, folder)
+    if isinstance(raw.get("text_config"), dict):  # a multimodal config (Gemma 3, Mistral 3)
         raw = {**raw, **raw["text_config"], "model_type": model_type}
-    raw["model_type"] = HF_MODEL_TYPES.get(model_type, model_type)
     try:
         config = _config_from_json(raw, folder)
     except KeyError as exc:
@@ -86,13 +79,24 @@ def read_hf_config(folder: str | Path) -> ModelConfig:
             f"{folder}: config.json lacks {exc}; the folder is incomplete"
         ) from exc
     _longrope(raw, config, folder)
-    if config.architecture in HF_MODEL_TYPES.values():
-        try:
-            apply_gemma_hf(config, raw)
-        except ModelLoadError as exc:
-            raise ModelLoadError(f"{folder}: {exc}") from exc
+    _family_config(family, config, raw, folder)
     config.validate(str(folder))
     return config
+
+
+def _family_config(family: Family, config: ModelConfig, raw: dict[str, Any], folder: Path) -> None:
+    """What the family reads on top of the shared fields, and its layer plan."""
+    config.family = family.name
+    try:
+        family.hf_config(config, raw)
+    except KeyError as exc:
+        raise ModelLoadError(
+            f"{folder}: config.json lacks {exc}; the folder is incomplete"
+        ) from exc
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+    if config.layers is None:  # the family hook may have planned the layers itself
+        config.layers = family.layers(config)
 
 
 def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
@@ -116,7 +120,7 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         # Qwen3-MoE's experts have their own width; Mixtral's is intermediate_size.
         ffn=int(raw.get("moe_intermediate_size") or raw["intermediate_size"]),
         vocab=int(raw["vocab_size"]),
-        rope_theta=float(raw.get("rope_theta", 10000.0)),
+        rope_theta=float(raw.get("rope_theta") or rope_settings(raw).get("rope_theta", 10000.0)),
         context_length=int(raw.get("max_position_embeddings", 2048)),
         sliding_window=_sliding_window(raw),
         norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
@@ -124,31 +128,9 @@ def _config_from_json(raw: dict[str, Any], folder: Path) -> ModelConfig:
         eos_token_ids=[int(e) for e in eos_ids],
         chat_template=template,
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        rope_scaling=_rope_scaling(raw.get("rope_scaling"), folder),
-        attention_bias=raw["model_type"] == "qwen2" or bool(raw.get("attention_bias", False)),
-        qk_norm=raw["model_type"] in ("qwen3", "qwen3_moe", "gemma3"),
-        **_experts(raw, folder),
+        rope_scaling=_rope_scaling(rope_settings(raw), folder),
+        attention_bias=bool(raw.get("attention_bias", False)),
     )
-
-
-def _experts(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The MoE fields of ModelConfig: Mixtral's num_local_experts (always renormalised top-k),
-    Qwen3-MoE's num_experts of width moe_intermediate_size (renormalised per norm_topk_prob)."""
-    if raw["model_type"] == "mixtral":
-        n_used = int(raw.get("num_experts_per_tok", 2))
-        return {"n_experts": int(raw["num_local_experts"]), "n_experts_used": n_used}
-    if raw["model_type"] != "qwen3_moe":
-        return {}
-    if raw.get("mlp_only_layers") or int(raw.get("decoder_sparse_step", 1)) != 1:
-        raise ModelLoadError(
-            f"{folder}: Qwen3-MoE with dense layers between the sparse ones (mlp_only_layers, "
-            "decoder_sparse_step) is not supported"
-        )
-    return {
-        "n_experts": int(raw["num_experts"]),
-        "n_experts_used": int(raw["num_experts_per_tok"]),
-        "moe_norm_topk": bool(raw.get("norm_topk_prob", False)),
-    }
 
 
 def _sliding_window(raw: dict[str, Any]) -> int | None:
@@ -165,7 +147,7 @@ def _longrope(raw: dict[str, Any], config: ModelConfig, folder: Path) -> None:
     """Phi-3's LongRoPE (`longrope`, formerly `su`): per-pair divisors, the long ones when the
     model serves more than its original context (as llama.cpp picks them), and the magnitude
     scale llama.cpp's converter derives from the context ratio."""
-    scaling = raw.get("rope_scaling") or {}
+    scaling = rope_settings(raw)
     if (scaling.get("rope_type") or scaling.get("type")) not in ("longrope", "su"):
         return
     if float(raw.get("partial_rotary_factor", 1.0)) != 1.0:
@@ -184,16 +166,20 @@ def _rope_scaling(raw: dict[str, Any] | None, folder: Path) -> RopeScaling | Non
     if not raw:
         return None
     kind = raw.get("rope_type") or raw.get("type")
-    if kind in ("default", "longrope", "su"):  # LongRoPE: _longrope
+    if kind in (None, "default", "longrope", "su"):  # LongRoPE: _longrope
         return None
-    if kind not in ("linear", "llama3"):
-        raise ModelLoadError(f"{folder}: RoPE scaling {kind!r} is not supported (linear, llama3)")
+    if kind not in ("linear", "llama3", "yarn"):
+        raise ModelLoadError(
+            f"{folder}: RoPE scaling {kind!r} is not supported (linear, llama3, yarn)"
+        )
     return RopeScaling(
         kind=kind,
         factor=float(raw["factor"]),
         original_context=int(raw.get("original_max_position_embeddings", 0)),
         low_freq_factor=float(raw.get("low_freq_factor", 1.0)),
         high_freq_factor=float(raw.get("high_freq_factor", 4.0)),
+        beta_fast=float(raw.get("beta_fast", 32.0)),
+        beta_slow=float(raw.get("beta_slow", 1.0)),
     )
 
 
@@ -210,8 +196,8 @@ def _shards(folder: Path) -> list[Path]:
     return shards
 
 
-def _canonical_name(hf_name: str, gemma: bool) -> str | None:
-    for prefix in _TEXT_PREFIXES if gemma else ():
+def _canonical_name(hf_name: str, family: Family) -> str | None:
+    for prefix in family.hf_text_prefixes:
         if hf_name.startswith(prefix):
             rest = hf_name.removeprefix(prefix)
             hf_name = rest if rest.startswith("lm_head.") else "model." + rest
@@ -219,7 +205,7 @@ def _canonical_name(hf_name: str, gemma: bool) -> str | None:
     if hf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[hf_name]
     match = _LAYER_RE.fullmatch(hf_name)
-    names = {**_LAYER_NAMES, **HF_LAYER_NORMS} if gemma else _LAYER_NAMES
+    names = {**_LAYER_NAMES, **family.hf_names}
     if match and match.group(2) in names:
         return f"layers.{match.group(1)}.{names[match.group(2)]}"
     expert = _EXPERT_RE.fullmatch(match.group(2)) if match else None
@@ -234,13 +220,13 @@ def load_hf(
     """ModelConfig and canonical weights (CPU, `dtype`), read shard by shard, tensor by tensor."""
     folder = Path(folder)
     config = read_hf_config(folder)
-    gemma = config.architecture in HF_MODEL_TYPES.values()
+    family = FAMILIES[config.family]
     weights: dict[str, torch.Tensor] = {}
     for shard in _shards(folder):
         try:
             with safe_open(str(shard), framework="pt") as f:
                 for hf_name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    name = _canonical_name(hf_name, gemma)
+                    name = _canonical_name(hf_name, family)
                     if name is not None:
                         weights[name] = f.get_tensor(hf_name).to(dtype)
         except (OSError, ValueError, RuntimeError) as exc:
@@ -249,8 +235,7 @@ def load_hf(
             ) from exc
     if "lm_head" not in weights:
         config.tie_embeddings = True
-    if gemma:
-        fold_hf_norms(weights)
+    family.hf_weights(weights)
     split_fused(weights, config, folder)
     check_weights(weights, config, folder)
     return config, weights

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from met.model.capability import refusal, require
 from met.model.config import ModelConfig, ModelLoadError
 from met.model.llama import LlamaModel
 from met.tokenizer import Tokenizer
@@ -174,16 +175,22 @@ def load_model(
     With `shard`, only this rank's slice reaches the model (and the device); the returned config
     is still the whole model's. weight_format is one of WEIGHT_FORMATS; a Hugging Face folder
     has no GGUF blocks and loads dequantized either way."""
-    from met.gguf_loader import load_gguf, open_gguf
+    from met.gguf_loader import load_gguf, open_gguf, read_config
     from met.hf_loader import is_hf_folder, load_hf
 
     path = Path(path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    reader = open_gguf(path) if path.is_file() else None
     if weight_format == "auto":
-        cpu_gguf = path.is_file() and dev.type == "cpu" and shard is None
+        cpu_gguf = reader is not None and dev.type == "cpu" and shard is None
         weight_format = "gguf" if cpu_gguf and str(dtype) == "auto" else "dequantized"
+        # GGUF blocks are kept for the C++ forward; a model it cannot run loads dequantized.
+        if weight_format == "gguf" and refusal(read_config(reader, path), "cpu"):
+            weight_format = "dequantized"
     keep_blocks = _check_weight_format(weight_format, dev, torch_dtype, shard)
+    if keep_blocks and reader is not None:
+        require(read_config(reader, path), "cpu", path)
 
     def report(stage: str, step: int) -> None:
         if progress:
@@ -195,8 +202,7 @@ def load_model(
         report("weights", 1)
         config, weights = load_hf(path, torch_dtype)
         tokenizer.eos_token_ids = list(config.eos_token_ids or tokenizer.eos_token_ids)
-    elif path.is_file():
-        reader = open_gguf(path)
+    elif reader is not None:
         tokenizer = Tokenizer.from_gguf(path, reader)
         report("weights", 1)
         config, weights = load_gguf(path, torch_dtype, reader, keep_blocks, release_metadata=True)

@@ -10,8 +10,9 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import pre_tokenizers
 
+from met.model.capability import cannot_run
 from met.model.config import ModelConfig
-from met.model.cpu_llama import CpuLlama, unsupported_reason
+from met.model.cpu_llama import CpuLlama
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import LlamaModel
 from met.models import load_model
@@ -215,7 +216,7 @@ def paged_forwards(path) -> list[tuple[str, PagedRunner]]:
     and the C++ CPU forward where it takes the model."""
     _, model, _ = load_model(path, device="cpu", weight_format="auto")
     runners = [("torch", PagedRunner(model, num_blocks=32, block_size=4, seed=1))]
-    if unsupported_reason(model) is None:
+    if cannot_run(model, "cpu") is None:
         cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
         cpp.model = CpuLlama(model, cpp.cache)
         runners.append(("cpp", cpp))

@@ -11,7 +11,8 @@ from model_fixtures import PagedRunner, random_weights, tiny_config
 
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
-from met.model.cpu_llama import CpuLlama, cpu_forward_for, unsupported_reason
+from met.model.capability import cannot_run
+from met.model.cpu_llama import CpuLlama, cpu_forward_for
 from met.model.llama import LlamaModel
 
 LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
@@ -214,7 +215,7 @@ def test_the_engine_picks_the_cpp_forward_only_for_cpu_gguf_weights() -> None:
     config = tiny_config()
     dense = LlamaModel(config, random_weights(config))
     assert cpu_forward_for(dense, dense.allocate_kv_cache(4, 4)) is dense
-    assert "Q8_0/Q4_0/Q4_1" in unsupported_reason(dense)
+    assert "Q8_0/Q4_0/Q4_1" in cannot_run(dense, "cpu")
 
 
 def test_elementwise_kernels_match_torch() -> None:

@@ -18,6 +18,7 @@ from model_fixtures import (
 import met
 from met.engine import core
 from met.model import cuda_llama
+from met.model.capability import cannot_run
 from met.model.cuda_llama import CudaLlama, graph_batch_sizes
 from met.model.llama import LlamaModel
 from met.sampling import SamplingParams
@@ -188,7 +189,7 @@ def test_plain_rows_are_drawn_by_the_sampling_kernel(tiny_folder, monkeypatch) -
 def test_a_cpu_model_keeps_its_own_forward() -> None:
     model = tiny_model()
     cache = model.allocate_kv_cache(8, 4)
-    assert cuda_llama.unsupported_reason(model) == "met's kernels run on a CUDA device"
+    assert cannot_run(model, "cuda") == "met's kernels run on a CUDA device"
     assert cuda_llama.cuda_forward_for(model, cache, 256, 8) is model
 
 
@@ -203,7 +204,7 @@ GPU_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 def test_on_a_gpu_the_kernels_and_graphs_match_the_torch_forward(dtype) -> None:
     config = tiny_config()
     model = LlamaModel(config, random_weights(config, seed=5), dtype=dtype, device="cuda")
-    assert cuda_llama.unsupported_reason(model) is None
+    assert cannot_run(model, "cuda") is None
     ref, ours = PagedRunner(model), PagedRunner(model)
     ours.model = CudaLlama(model, ours.cache, 256, 4)
     assert ours.model.graph_batch_sizes == [1, 2, 4]

@@ -22,8 +22,9 @@ from model_fixtures import random_weights, tiny_config
 import met
 from met.gguf_loader import load_gguf
 from met.kernels.cpu_quant import QuantLinear
+from met.model.capability import cannot_run
 from met.model.config import ModelLoadError
-from met.model.cpu_llama import CpuLlama, unsupported_reason
+from met.model.cpu_llama import CpuLlama
 from met.models import load_model
 from met.sampling import SamplingParams
 from met.tokenizer import Tokenizer, byte_level_bytes
@@ -199,7 +200,7 @@ def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     write_tiny_gguf(path, qtype, tied=True, down=down, **K_SHAPE)
     _, quant, _ = load_model(path, device="cpu", weight_format="auto")
     _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
-    assert unsupported_reason(quant) is None  # the C++ forward runs it
+    assert cannot_run(quant, "cpu") is None  # the C++ forward runs it
     kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
     main = "Q4_1" if qtype == Q.Q4_K else "Q8_0"
     assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": "Q8_0" if down else main}

@@ -21,8 +21,8 @@ from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
 from met.engine.prompt_logprobs import PromptScores
 from met.engine.torch_backend import TorchBackend
+from met.model.capability import cannot_run
 from met.model.cpu_llama import cpu_forward_for
-from met.model.cpu_llama import unsupported_reason as cpu_unsupported_reason
 from met.model.cuda_llama import cuda_forward_for
 from met.models import load_model, resolve_model
 from met.parallel.experts import NEEDS_RANKS, ExpertSplitError, describe_split
@@ -70,7 +70,7 @@ class EngineCore:
         cpp_forward = (
             self.model.device.type == "cpu"
             and config.tensor_parallel_size == 1
-            and cpu_unsupported_reason(self.model) is None
+            and cannot_run(self.model, "cpu") is None
         )
         self.kv_dtype = kv_dtype(config.kv_cache_dtype, self.model.dtype, cpp_forward)
         self.capacity = plan_capacity(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from met.model.families.spec import LayerSpec
 
 # Weight names both loaders produce (per layer i), so the forward never sees a file's own naming:
 # embed [V, H], lm_head [V, H] (absent when tied), norm [H];
@@ -14,6 +17,8 @@ from typing import Any
 # each sublayer's output before it joins the residual). A mixture-of-experts model (Qwen3-MoE,
 # Mixtral) has instead of w_gate/w_up/w_down a .router [E, H] and per expert e
 # .experts.{e}.w_gate/.w_up [F, H], .experts.{e}.w_down [H, F], F the expert's width (ffn).
+# A layer without pre-norms (OLMo 2) has no attn_norm/mlp_norm; whole-projection Q/K norms (OLMo 2)
+# are q_norm [nh*hd], k_norm [nkv*hd].
 # Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
 # (1 + w) is folded in by the loaders, as llama.cpp's converter does).
 
@@ -24,13 +29,16 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """RoPE context extension. `kind` is "linear" or "llama3" (Llama 3.1's banded rescale)."""
+    """RoPE context extension. `kind` is "linear", "llama3" (Llama 3.1's banded rescale) or
+    "yarn" (YaRN's ramp between interpolated and original frequencies, Ministral 3)."""
 
     kind: str
     factor: float
     original_context: int
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
+    beta_fast: float = 32.0  # yarn: rotations per context where the ramp starts and ends
+    beta_slow: float = 1.0
 
 
 @dataclass
@@ -81,18 +89,26 @@ class ModelConfig:
     embed_scale: float = 1.0
     post_norms: bool = False
     activation: str = "silu"  # "silu" | "gelu_tanh"
+    # Llama 4-style query temperature (Ministral 3): queries at position p are scaled after RoPE
+    # by 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)); 0: none.
+    attn_temp_scale: float = 0.0
+    attn_temp_length: int = 0
+    # The family module the loaders read this model with (met.model.families), and its plan per
+    # layer; "" and None for a config built by hand, whose plan follows from the fields above.
+    family: str = ""
+    layers: list[LayerSpec] | None = None
 
-    def layer_window(self, layer: int) -> int | None:
-        """The attention window of `layer`, None when it reads the whole context."""
-        if self.sliding_layers is not None and not self.sliding_layers[layer]:
-            return None
-        return self.sliding_window
+    def layer_specs(self) -> list[LayerSpec]:
+        """What each layer is (met.model.families.spec), as the forwards execute it."""
+        from met.model.families.spec import standard_layers
 
-    def local_rope(self, layer: int) -> bool:
-        """Whether `layer` rotates with the sliding layers' own RoPE base (a sliding layer
-        does even where its window spans the whole context)."""
-        sliding = self.sliding_layers is None or self.sliding_layers[layer]
-        return self.rope_local_theta is not None and sliding
+        return self.layers if self.layers is not None else standard_layers(self)
+
+    def attn_temperature(self, position: int) -> float:
+        """The query scale at `position` (1 without query temperature)."""
+        if not self.attn_temp_scale:
+            return 1.0
+        return 1.0 + self.attn_temp_scale * math.log(1.0 + position // self.attn_temp_length)
 
     def validate(self, source: str) -> None:
         """Reject shapes the forward cannot run, naming the file they came from."""
@@ -126,6 +142,8 @@ class ModelConfig:
             return freqs
         if scaling.kind == "linear":
             return [f / scaling.factor for f in freqs]
+        if scaling.kind == "yarn":
+            return _yarn(freqs, scaling, theta, self.head_dim)
         return [_llama3_rescale(f, scaling) for f in freqs]
 
 
@@ -145,22 +163,42 @@ def _llama3_rescale(freq: float, s: RopeScaling) -> float:
     return (1 - smooth) * freq / s.factor + smooth * freq
 
 
+def _yarn(freqs: list[float], s: RopeScaling, theta: float, dim: int) -> list[float]:
+    # YaRN: pairs turning more than beta_fast times over the original context keep their
+    # frequency, those turning fewer than beta_slow times are interpolated (divided by factor),
+    # a linear ramp over the pairs between (bounds rounded outwards, as HF and llama.cpp do).
+    def pair_at(rotations: float) -> float:
+        turns = s.original_context / (rotations * 2 * math.pi)
+        return dim * math.log(turns) / (2 * math.log(theta))
+
+    low = max(math.floor(pair_at(s.beta_fast)), 0)
+    high = min(math.ceil(pair_at(s.beta_slow)), dim - 1)
+    span = max(high - low, 0.001)
+    out = []
+    for i, f in enumerate(freqs):
+        keep = 1.0 - min(max((i - low) / span, 0.0), 1.0)
+        out.append(f / s.factor * (1.0 - keep) + f * keep)
+    return out
+
+
 def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) -> None:
     """Raise ModelLoadError naming `source` when a tensor the forward needs is absent."""
-    mlp = ["w_gate", "w_up", "w_down"]
-    if config.n_experts:
-        parts = ("w_gate", "w_up", "w_down")
-        mlp = ["router"] + [f"experts.{e}.{n}" for e in range(config.n_experts) for n in parts]
-    needed = ["embed", "norm"] + [
-        f"layers.{i}.{n}"
-        for i in range(config.n_layers)
-        for n in ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", *mlp]
-    ]
-    if config.qk_norm:
-        needed += [f"layers.{i}.{n}" for i in range(config.n_layers) for n in ("q_norm", "k_norm")]
-    if config.post_norms:
-        norms = ("post_attn_norm", "post_mlp_norm")
-        needed += [f"layers.{i}.{n}" for i in range(config.n_layers) for n in norms]
+    needed = ["embed", "norm"]
+    for i, spec in enumerate(config.layer_specs()):
+        names = ["wq", "wk", "wv", "wo"]
+        if spec.mlp == "moe":
+            parts = ("w_gate", "w_up", "w_down")
+            experts = range(config.n_experts)
+            names += ["router"] + [f"experts.{e}.{n}" for e in experts for n in parts]
+        else:
+            names += ["w_gate", "w_up", "w_down"]
+        if spec.pre_norms:
+            names += ["attn_norm", "mlp_norm"]
+        if spec.post_norms:
+            names += ["post_attn_norm", "post_mlp_norm"]
+        if spec.qk_norm != "none":
+            names += ["q_norm", "k_norm"]
+        needed += [f"layers.{i}.{n}" for n in names]
     missing = [n for n in needed if n not in weights]
     if missing:
         raise ModelLoadError(

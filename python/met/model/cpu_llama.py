@@ -14,34 +14,12 @@ from torch import Tensor
 
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
+from met.model.capability import cannot_run
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
 
 _MLP_NAMES = ("w_gate_up", "w_down")
-
-
-def unsupported_reason(model: LlamaModel) -> str | None:
-    """Why `model` cannot run through the C++ CPU forward, or None when it can."""
-    if model.device.type != "cpu" or model.dtype != torch.float32:
-        return "the C++ forward runs float32 on the CPU"
-    if model.reduce is not None:
-        return "tensor parallelism runs the torch forward"
-    linears = [model.lm_head] + [
-        layer[name]
-        for layer in model.layers
-        for name in ("wqkv", "wo", *_MLP_NAMES)
-        if name in layer
-    ]
-    for layer in model.layers:
-        moe: MoeBlock | None = layer.get("moe")
-        if moe is not None and len(moe.experts) != moe.n_experts:
-            return "expert parallelism runs the torch forward"
-        if moe is not None:
-            linears += [w for pair in moe.experts.values() for w in pair]
-    if not all(isinstance(w, QuantLinear) for w in linears):
-        return "some linear weights are not Q8_0/Q4_0/Q4_1 blocks"
-    return None
 
 
 def _weight(w: QuantLinear) -> tuple[int, str, int, int]:
@@ -71,7 +49,7 @@ class CpuLlama:
     KV pool (both stay owned by `model` and `cache`, which this object keeps alive)."""
 
     def __init__(self, model: LlamaModel, cache: PagedKvCache, n_threads: int = 0) -> None:
-        reason = unsupported_reason(model)
+        reason = cannot_run(model, "cpu")
         if reason:
             raise ValueError(f"CpuLlama: {reason}")
         self.model, self.cache = model, cache
@@ -107,6 +85,8 @@ class CpuLlama:
             "embed_scale": c.embed_scale,
             "gelu": c.activation == "gelu_tanh",
         }
+        if c.attn_temp_scale:
+            dims |= {"attn_temp_scale": c.attn_temp_scale, "attn_temp_length": c.attn_temp_length}
         if c.n_experts:
             dims |= {
                 "n_experts": c.n_experts,
@@ -123,10 +103,12 @@ class CpuLlama:
                 "wo": _weight(layer["wo"]),
                 "mlp_norm": _address(layer["mlp_norm"]),
                 **_mlp_spec(layer),
-                "window": c.layer_window(i) or 0,
-                **_gemma_layer(layer, local if c.local_rope(i) else None),
+                "window": spec.window or 0,
+                "qk_norm_full": spec.qk_norm == "full",
+                "no_rope": spec.rope == "none",
+                **_post_norms_and_rope(layer, local if spec.rope == "local" else None),
             }
-            for i, layer in enumerate(model.layers)
+            for layer, spec in zip(model.layers, model.specs, strict=True)
         ]
         self._impl = _core.cpu.LlamaForward(
             dims,
@@ -223,8 +205,8 @@ def _dense_table(table: Tensor) -> Tensor:
     return table.reshape(table.shape[0], -1).contiguous()
 
 
-def _gemma_layer(layer: dict, rope: tuple[Tensor, Tensor] | None) -> dict[str, int]:
-    """A layer's optional parts: Gemma's post-sublayer norms and its own RoPE tables."""
+def _post_norms_and_rope(layer: dict, rope: tuple[Tensor, Tensor] | None) -> dict[str, int]:
+    """A layer's optional parts: post-sublayer norms and its own RoPE tables."""
     out = {}
     for name in ("post_attn_norm", "post_mlp_norm"):
         if layer[name] is not None:
@@ -240,6 +222,6 @@ def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:
 
 def cpu_forward_for(model: LlamaModel, cache: PagedKvCache) -> LlamaModel | CpuLlama:
     """The forward the engine should run: the C++ one whenever the model and pool allow it."""
-    if unsupported_reason(model) or cache.k.dtype not in KV_DTYPES:
+    if cannot_run(model, "cpu") or cache.k.dtype not in KV_DTYPES:
         return model
     return CpuLlama(model, cache)

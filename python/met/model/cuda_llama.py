@@ -14,6 +14,7 @@ for the engine's longest context; other steps (prefill chunks, mixed batches) ru
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from types import ModuleType
 
@@ -24,36 +25,15 @@ from torch import Tensor
 
 from met.kernels import cuda_ops
 from met.kernels.cuda_graphs import DEFAULT_BATCH_SIZES, DecodeGraphs
-from met.model.gemma import is_gemma
+from met.model.capability import cannot_run
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import IntArray, LlamaModel
+
+log = logging.getLogger("met.engine")
 
 # What a padding row of a captured batch holds: no KV write (slot -1), no context (attention
 # writes zeros), token 0 at position 0. Logits of padding rows are computed and ignored.
 _PAD = {"ids": 0, "pos": 0, "slots": -1, "tables": 0, "lens": 0}
-
-
-def unsupported_reason(model: LlamaModel) -> str | None:
-    """Why `model` cannot run through CudaLlama (met's kernels), or None when it can."""
-    if model.device.type != "cuda":
-        return "met's kernels run on a CUDA device"
-    if not cuda_ops.available():
-        return "met._core was built without CUDA"
-    if model.reduce is not None:
-        return "tensor parallelism runs the torch forward"
-    if model.config.sliding_window and model.config.sliding_window < model.cos.shape[0]:
-        return "met's CUDA kernels do not window attention yet"
-    if model.config.qk_norm:
-        return "met's CUDA kernels do not apply Qwen3's Q/K norms yet"
-    if is_gemma(model.config):
-        return "met's CUDA kernels do not run Gemma's norms, GeLU and soft-capping yet"
-    if model.config.n_experts:
-        return (
-            "met's CUDA kernels do not run mixture-of-experts layers yet (the torch forward does)"
-        )
-    if model.config.head_dim % 8 or model.config.head_dim > 256:
-        return "paged attention takes head_dim a multiple of 8, at most 256"
-    return None
 
 
 def graph_batch_sizes(max_batch: int) -> list[int]:
@@ -308,7 +288,11 @@ def _host(values: IntArray, dtype: type) -> np.ndarray:
 def cuda_forward_for(
     model: LlamaModel, cache: PagedKvCache, max_seq_len: int, max_batch: int, eager: bool = False
 ) -> LlamaModel | CudaLlama:
-    """The forward the engine should run on a GPU: met's kernels whenever the model allows it."""
-    if unsupported_reason(model) or cache.k.dtype != model.dtype:
+    """The forward the engine should run on a GPU: met's kernels whenever the model allows it,
+    else the torch forward on the same device (saying why, when it is the model's features)."""
+    reason = cannot_run(model, "cuda")
+    if reason and model.device.type == "cuda":
+        log.warning("%s", reason)
+    if reason or cache.k.dtype != model.dtype:
         return model  # the kernels read K/V in the model's dtype
     return CudaLlama(model, cache, max_seq_len, max_batch, graphs="off" if eager else "capture")

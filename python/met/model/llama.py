@@ -1,5 +1,5 @@
-"""Llama-style decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3; MoE MLPs: Qwen3-MoE, Mixtral)
-over packed rows and a paged KV cache.
+"""The decoder every family in met.model.families runs through, over packed rows and a paged KV
+cache: each layer as its LayerSpec says (window, RoPE, Q/K norms, norm placement, dense or MoE MLP).
 
 One forward runs every row of a batch (prefill chunks and decode steps mixed) through each layer
 as one set of matmuls over all packed tokens; only attention looks at rows separately, and all
@@ -18,11 +18,11 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
-from met.model.gemma import softcapped_attention
 from met.model.kv_cache import PagedKvCache
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, take_moe_block
 from met.model.rope import rope_table, rotate_half
+from met.model.softcap import softcapped_attention
 
 IntArray = Tensor | np.ndarray | Sequence[int]
 
@@ -87,43 +87,46 @@ class LlamaModel:
         self.embed = take("embed")
         self.lm_head = take("lm_head") if "lm_head" in weights else self.embed
         self.norm = take("norm")
+        self.specs = config.layer_specs()
+        if any(spec.mixer != "attention" for spec in self.specs):
+            raise ValueError("the torch forward runs attention layers only")
         self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
         self._rope_tables(max_positions or config.context_length)
 
     def _fuse_layer(self, weights: dict[str, Weight], i: int, take) -> dict[str, Weight | None]:
         # One QKV and one gate/up matmul per layer instead of five: per-op overhead dominates
         # small-batch decode on the CPU.
-        p = f"layers.{i}."
+        p, spec = f"layers.{i}.", self.specs[i]
         bias = None
         if p + "bq" in weights:
             bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
-        c = self.config
-        q_norm = take(p + "q_norm") if p + "q_norm" in weights else None
-        k_norm = take(p + "k_norm") if p + "k_norm" in weights else None
-        # Qwen3's Q and K norms as one [n_heads + n_kv_heads, head_dim] scale: the rotated Q/K
-        # tensor is normalized per head in one op.
-        qk_norm = None
-        if q_norm is not None:
-            qk_norm = torch.cat(
-                [q_norm.expand(c.n_heads, -1), k_norm.expand(c.n_kv_heads, -1)]
-            ).contiguous()
+        q_norm = take(p + "q_norm") if spec.qk_norm != "none" else None
+        k_norm = take(p + "k_norm") if spec.qk_norm != "none" else None
+        pre, post = spec.pre_norms, spec.post_norms
         return {
-            "attn_norm": take(p + "attn_norm"),
+            "attn_norm": take(p + "attn_norm") if pre else None,
             "wqkv": self._fuse([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
             "bqkv": bias,
             "q_norm": q_norm,
             "k_norm": k_norm,
-            "qk_norm": qk_norm,
+            "qk_norm": self._head_norms(q_norm, k_norm) if spec.qk_norm == "head" else None,
             "wo": take(p + "wo"),
-            "mlp_norm": take(p + "mlp_norm"),
-            "post_attn_norm": take(p + "post_attn_norm") if c.post_norms else None,
-            "post_mlp_norm": take(p + "post_mlp_norm") if c.post_norms else None,
+            "mlp_norm": take(p + "mlp_norm") if pre else None,
+            "post_attn_norm": take(p + "post_attn_norm") if post else None,
+            "post_mlp_norm": take(p + "post_mlp_norm") if post else None,
             **self._mlp(weights, i, take),
         }
 
+    def _head_norms(self, q_norm: Tensor, k_norm: Tensor) -> Tensor:
+        # Per-head Q and K norms as one [n_heads + n_kv_heads, head_dim] scale: the rotated Q/K
+        # tensor is normalized per head in one op.
+        c = self.config
+        norms = [q_norm.expand(c.n_heads, -1), k_norm.expand(c.n_kv_heads, -1)]
+        return torch.cat(norms).contiguous()
+
     def _mlp(self, weights: dict[str, Weight], i: int, take) -> dict[str, Weight | MoeBlock]:
         p = f"layers.{i}."
-        if not self.config.n_experts:
+        if self.specs[i].mlp == "dense":
             return {
                 "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
                 "w_down": take(p + "w_down"),
@@ -175,18 +178,20 @@ class LlamaModel:
         if int(pos.max()) >= self.cos.shape[0]:
             raise ValueError(f"position {int(pos.max())} is past the RoPE table")
         c = self.config
-        windows = [c.layer_window(i) for i in range(c.n_layers)]
+        windows = [spec.window for spec in self.specs]
         # One attention plan per distinct window (Gemma: global and sliding layers).
         plans = {w: self._plan(cache, block_tables, seq_lens, cu_seqlens, w) for w in windows}
-        tables = [(self.cos[pos], self.sin[pos])]
+        tables = {"global": (self.cos[pos], self.sin[pos]), "none": None}
         if self.local_cos is not None:
-            tables.append((self.local_cos[pos], self.local_sin[pos]))
+            tables["local"] = (self.local_cos[pos], self.local_sin[pos])
+        temperature = self._temperature(pos)
         x = embedding(ids, self.embed)
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
-        for i, layer in enumerate(self.layers):
-            cos, sin = tables[int(c.local_rope(i))]
-            x = self._layer(x, layer, cache.layer_slots(i), slots, cos, sin, plans[windows[i]])
+        for i, (layer, spec) in enumerate(zip(self.layers, self.specs, strict=True)):
+            kv = cache.layer_slots(i)
+            rope = tables[spec.rope]
+            x = self._layer(x, layer, kv, slots, rope, temperature, plans[spec.window])
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
         logits = linear(self._norm(x[rows], self.norm), self.lm_head).float()
         if c.final_softcap:
@@ -195,25 +200,39 @@ class LlamaModel:
 
     __call__ = forward
 
+    def _temperature(self, pos: Tensor) -> Tensor | None:
+        """Each token's query scale [T, 1, 1] under query temperature (Ministral 3), else None."""
+        c = self.config
+        if not c.attn_temp_scale:
+            return None
+        steps = torch.floor(pos.double() / c.attn_temp_length)
+        scale = 1.0 + c.attn_temp_scale * torch.log1p(steps)
+        return scale.to(self.dtype)[:, None, None]
+
     def _layer(
         self,
         x: Tensor,
         w: dict[str, Weight | None],
         kv: tuple[Tensor, Tensor],
         slots: Tensor,
-        cos: Tensor,
-        sin: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        temperature: Tensor | None,
         plan: _AttnPlan,
     ) -> Tensor:
         c = self.config
         n_tok, q_width, kv_width = x.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-        qkv = linear(self._norm(x, w["attn_norm"]), w["wqkv"], w["bqkv"])
+        qkv = linear(self._pre_norm(x, w["attn_norm"]), w["wqkv"], w["bqkv"])
+        if w["q_norm"] is not None and w["qk_norm"] is None:
+            qkv = self._projection_norms(qkv, w["q_norm"], w["k_norm"])
         # Q and K rotate together as one [T, n_heads + n_kv_heads, head_dim] tensor.
         qk = qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim)
         if w["qk_norm"] is not None:
             qk = F.rms_norm(qk, (c.head_dim,), eps=c.norm_eps) * w["qk_norm"]
-        qk = rotate_half(qk, cos, sin)
+        if rope is not None:
+            qk = rotate_half(qk, *rope)
         q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
+        if temperature is not None:
+            q = q * temperature
         v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
         k_cache, v_cache = kv
         if k_cache.dtype != k.dtype:
@@ -223,7 +242,7 @@ class LlamaModel:
         v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         attn = self._reduced(linear(self._attention(q, k, v, k_cache, v_cache, plan), w["wo"]))
         x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
-        h = self._norm(x, w["mlp_norm"])
+        h = self._pre_norm(x, w["mlp_norm"])
         if "moe" in w:
             return x + self._reduced(w["moe"](h))
         gate, up = linear(h, w["w_gate_up"]).chunk(2, dim=-1)
@@ -234,6 +253,18 @@ class LlamaModel:
     # reference can run them (and _attention) through the C++ kernels: see test_cpu_model.py.
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.config.norm_eps)
+
+    def _pre_norm(self, x: Tensor, weight: Tensor | None) -> Tensor:
+        # A layer without pre-norms (OLMo 2) feeds its sublayers the residual stream as is.
+        return x if weight is None else self._norm(x, weight)
+
+    def _projection_norms(self, qkv: Tensor, q_norm: Tensor, k_norm: Tensor) -> Tensor:
+        """Q and K each RMS-normalized over its whole projection (OLMo 2), V as it is."""
+        q_width = q_norm.shape[0]
+        kv_width = k_norm.shape[0]
+        q = self._norm(qkv[:, :q_width], q_norm)
+        k = self._norm(qkv[:, q_width : q_width + kv_width], k_norm)
+        return torch.cat([q, k, qkv[:, q_width + kv_width :]], dim=-1)
 
     def _gated(self, gate: Tensor, up: Tensor) -> Tensor:
         if self.config.activation == "gelu_tanh":

@@ -1,28 +1,16 @@
-"""What Gemma 2 and Gemma 3 add to the dense decoder, kept out of the shared forward: attention
-with tanh soft-capped scores (SDPA has no such option), and the config both loaders derive."""
+"""What Gemma 2 and Gemma 3 share (families gemma2 and gemma3): the settings both loaders derive,
+the names of the sandwich norms in HF folders, and the (1 + w) norm weights folded in."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from met.model.config import ModelConfig, ModelLoadError
-
-
-def softcapped_attention(
-    q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float | None, cap: float
-) -> Tensor:
-    """SDPA's contract (q [..., n_q, dim], keys/values [..., n_k, dim], additive mask) with the
-    scores squashed to cap * tanh(score / cap) before the mask and softmax (Gemma 2)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
-    scores = torch.tanh(scores / cap) * cap + mask
-    return torch.matmul(torch.softmax(scores, dim=-1), values)
-
+from met.model.families.spec import GgufGet
 
 # Hugging Face names of a Gemma layer's norms: its post_attention_layernorm is the norm of the
 # attention output (Llama's is the MLP's input norm), with a pre_feedforward_layernorm beside.
@@ -31,7 +19,8 @@ HF_LAYER_NORMS = {
     "pre_feedforward_layernorm.weight": "mlp_norm",
     "post_feedforward_layernorm.weight": "post_mlp_norm",
 }
-HF_MODEL_TYPES = {"gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3"}
+# Gemma 3's multimodal checkpoints keep the text model under a prefix (newer and older spelling).
+HF_TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
 
 
 def swa_pattern(n_layers: int, period: int) -> list[bool]:
@@ -40,7 +29,7 @@ def swa_pattern(n_layers: int, period: int) -> list[bool]:
     return [period == 0 or i % period < period - 1 for i in range(n_layers)]
 
 
-def apply_gemma_gguf(config: ModelConfig, get: Callable[[str, Any], Any]) -> None:
+def apply_gemma_gguf(config: ModelConfig, get: GgufGet) -> None:
     """Gemma's settings from a GGUF file's `{arch}.` metadata (`get(key, default)`), with the
     defaults llama.cpp assumes where a key is absent."""
     gemma2 = config.architecture == "gemma2"
@@ -67,6 +56,8 @@ def apply_gemma_gguf(config: ModelConfig, get: Callable[[str, Any], Any]) -> Non
 def apply_gemma_hf(config: ModelConfig, raw: dict[str, Any]) -> None:
     """Gemma's settings from a config.json (the text model's part of it)."""
     gemma2 = config.architecture == "gemma2"
+    config.architecture = "gemma2" if gemma2 else "gemma3"  # gemma3_text is Gemma 3's text part
+    config.qk_norm = not gemma2
     window = raw.get("sliding_window")
     config.sliding_window = int(window) if window and int(window) < config.context_length else None
     if raw.get("layer_types"):
@@ -106,17 +97,3 @@ def fold_hf_norms(weights: dict[str, Tensor]) -> None:
     for name in list(weights):
         if name == "norm" or name.endswith("_norm"):
             weights[name] = (weights[name].float() + 1.0).to(weights[name].dtype)
-
-
-def is_gemma(config: ModelConfig) -> bool:
-    """Whether the config uses any of Gemma's additions (which a forward must then run)."""
-    return bool(
-        config.post_norms
-        or config.activation != "silu"
-        or config.embed_scale != 1.0
-        or config.attn_softcap
-        or config.final_softcap
-        or config.query_scale is not None
-        or config.rope_local_theta is not None
-        or config.sliding_layers is not None
-    )
