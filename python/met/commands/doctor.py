@@ -63,6 +63,7 @@ def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     probes = list(PROBES)
     if args.model is not None:
+        probes.append(("capability", lambda: _capability(args)))
         probes.append(("capacity", lambda: _capacity(args)))
     checks = [_safely(name, probe) for name, probe in probes]
     width = max(len(check.name) for check in checks)
@@ -169,6 +170,18 @@ def _model() -> Check:
     if path.exists():
         return Check("default model", True, str(path))
     return Check("default model", False, f"missing ({path})", "met pull")
+
+
+def _capability(args: argparse.Namespace) -> Check:
+    """The model's row of the capability table (met.model.capability): its family's features
+    and which forward runs it, read from the file's metadata alone."""
+    from met.gguf_loader import open_gguf, read_config
+    from met.hf_loader import is_hf_folder, read_hf_config
+    from met.model.capability import capability_row
+
+    path = resolve_model_or_fail(args.model)
+    config = read_hf_config(path) if is_hf_folder(path) else read_config(open_gguf(path), path)
+    return Check("capability", True, capability_row(config))
 
 
 def _capacity(args: argparse.Namespace) -> Check:

@@ -87,7 +87,7 @@ def _unchanged(*_: object) -> None:
 @dataclass(frozen=True)
 class Family:
     """One model family: the names it is stored under, how its config and weights are read in
-    both formats, its layer plan and its chat defaults.
+    both formats and its layer plan.
 
     gguf_config(config, get) and hf_config(config, raw) complete a config the loaders filled with
     the fields every family shares; hf_weights(weights) adjusts the canonical weights of a
@@ -105,7 +105,3 @@ class Family:
     hf_text_prefixes: tuple[str, ...] = ()  # multimodal checkpoints: where the text model is
     hf_weights: Callable[[dict[str, Tensor]], None] = _unchanged
     turn_end_tokens: tuple[str, ...] = ()  # also end generation (Gemma's <end_of_turn>)
-    # Chat defaults where the template names none: a met.chat.setup TOOL_FORMATS entry and a
-    # REASONING_PARSERS one.
-    tool_format: str | None = None
-    reasoning: str | None = None
