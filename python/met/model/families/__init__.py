@@ -9,6 +9,7 @@ from met.model.families import (
     llama,
     mistral,
     mixtral,
+    olmo2,
     phi3,
     qwen2,
     qwen3,
@@ -28,6 +29,7 @@ FAMILIES: dict[str, Family] = {
         phi3,
         gemma2,
         gemma3,
+        olmo2,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}
