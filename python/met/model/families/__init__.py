@@ -14,6 +14,7 @@ from met.model.families import (
     qwen2,
     qwen3,
     qwen3moe,
+    smollm3,
 )
 from met.model.families.spec import Family, LayerSpec
 
@@ -30,6 +31,7 @@ FAMILIES: dict[str, Family] = {
         gemma2,
         gemma3,
         olmo2,
+        smollm3,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}
