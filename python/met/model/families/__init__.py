@@ -8,6 +8,7 @@ from met.model.families import (
     gemma3,
     llama,
     mistral,
+    mistral3,
     mixtral,
     olmo2,
     phi3,
@@ -32,6 +33,7 @@ FAMILIES: dict[str, Family] = {
         gemma3,
         olmo2,
         smollm3,
+        mistral3,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}
