@@ -43,8 +43,8 @@ class RopeScaling:
 
 @dataclass
 class ModelConfig:
-    # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3" | "qwen3moe" (GGUF)
-    # | "qwen3_moe" | "mixtral" (HF)
+    # The file's own name for it: a GGUF general.architecture or an HF model_type (the family
+    # module that read it is `family`).
     architecture: str
     n_layers: int
     n_heads: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from met.model.config import ModelConfig, ModelLoadError
+from met.model.config import ModelLoadError
 from met.model.families import (
     gemma2,
     gemma3,
@@ -41,7 +41,7 @@ _BY_HF = {kind: f for f in FAMILIES.values() for kind in f.hf_types}
 GGUF_ARCHS = sorted(_BY_GGUF)
 HF_TYPES = sorted(_BY_HF)
 
-__all__ = ["FAMILIES", "Family", "LayerSpec", "family_for", "gguf_family", "hf_family"]
+__all__ = ["FAMILIES", "Family", "LayerSpec", "gguf_family", "hf_family"]
 
 
 def gguf_family(arch: object, source: object) -> Family:
@@ -63,8 +63,3 @@ def hf_family(model_type: object, source: object) -> Family:
             f"{', '.join(HF_TYPES)})"
         )
     return family
-
-
-def family_for(config: ModelConfig) -> Family | None:
-    """The family a loaded config came from (None for a config built by hand)."""
-    return FAMILIES.get(config.family)
