@@ -44,13 +44,13 @@ void bind_cpu_kernels(py::module_& m) {
       "the matmul kernel quant_matmul takes on the active path");
   cpu.def(
       "matmul_kernel", [] { return cpu::isa_description(cpu::best_isa()); },
-      "what the active path's matmul runs, e.g. 'amx-int8 tiles for M>=16, avx512vnni below'");
+      "what the active path's matmul runs, e.g. 'avx512vnni' or 'amx-int8 tiles'");
   cpu.def("set_amx_emulation", &cpu::set_amx_emulation, py::arg("on"),
           "testing hook: the amx path's tile kernels on scalar-emulated tiles (a CPU with AVX-512 "
           "VNNI but no AMX then supports the amx path); forwards read it when built");
   cpu.def("amx_min_rows", &cpu::amx_min_rows, "rows from which the amx path takes tiles");
   cpu.def("set_amx_min_rows", &cpu::set_amx_min_rows, py::arg("rows"),
-          "testing hook: tests take tiles from 1 row so small forwards run on them");
+          "testing hook: 1 takes tiles for every matmul, 16 for none below 16 rows");
   cpu.def(
       "cpu_path", [] { return std::string(cpu::path_name(cpu::active_path())); },
       "the kernel path in use: MET_CPU_ISA, else the fastest this CPU runs, unless set_cpu_path "

@@ -50,6 +50,26 @@ class EmulatedTiles {
   }
   void zero(int t) { std::memset(tiles_[t], 0, sizeof(tiles_[t])); }
 
+  // The kernel's spelling: tile numbers as template arguments, as the real instructions need.
+  template <int T>
+  void load(const void* base, int64_t stride) {
+    load(T, base, stride);
+  }
+  template <int T>
+  void zero() {
+    zero(T);
+  }
+  template <int C, int A, int B>
+  void dpbssd() {
+    dpbssd(C, A, B);
+  }
+  template <int T>
+  void store(void* base, int64_t stride) const {
+    store(T, base, stride);
+  }
+
+  static void fence() {}
+
   // TDPBSSD: for each row m of c and dword n of c's rows,
   //   c[m][n] += sum over dwords k of a's row m: sum_i int8(a[m][4k+i]) * int8(b[k][4n+i]).
   void dpbssd(int c, int a, int b) {

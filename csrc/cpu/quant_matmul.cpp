@@ -151,7 +151,7 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx512Vnni:
       return isa_supported(Isa::kAvx2) && f.avx512vl && f.avx512vnni;
     case Isa::kAmxEmulated:
-      // The tiles' epilogue is AVX-512 code, and M below amx_min_rows takes the VNNI kernel.
+      // The tiles' packing and epilogue are AVX-512 code.
       return isa_supported(Isa::kAvx512Vnni) && f.avx512f && f.avx512bw;
     case Isa::kAmxInt8:
 #ifdef MET_QMM_HAS_AMX
@@ -207,8 +207,8 @@ std::string isa_description(Isa isa) {
   if (isa != Isa::kAmxInt8 && isa != Isa::kAmxEmulated) return isa_name(isa);
   const char* tiles =
       isa == Isa::kAmxInt8 ? "amx-int8 tiles" : "amx-int8 tiles emulated in scalar code";
-  return std::string(tiles) + " for M>=" + std::to_string(amx_min_rows()) + ", " +
-         isa_name(Isa::kAvx512Vnni) + " below";
+  return std::string(tiles) + " for M>=" + std::to_string(amx_min_rows()) +
+         ", the same dots on avx512vnni below";
 }
 
 namespace {
@@ -231,21 +231,32 @@ detail::QuantizeFn quantize_fn(Isa isa) {
   return detail::quantize_rows_scalar;
 }
 
-// M picks between tiles and VNNI registers on the amx path: both give the same bits.
-detail::MatmulFn matmul_fn(Isa isa, int64_t m) {
+detail::MatmulFn matmul_fn(Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-  const bool tiles = m >= amx_min_rows();
   if (isa == Isa::kAvx2) return detail::matmul_rows_avx2;
   if (isa == Isa::kAvx512Vnni) return detail::matmul_rows_avx512vnni;
-  if (isa == Isa::kAmxEmulated)
-    return tiles ? detail::matmul_rows_amx_emulated : detail::matmul_rows_avx512vnni;
+  if (isa == Isa::kAmxEmulated) return detail::matmul_rows_amx_emulated;
 #ifdef MET_QMM_HAS_AMX
-  if (isa == Isa::kAmxInt8) return tiles ? detail::matmul_rows_amx : detail::matmul_rows_avx512vnni;
+  if (isa == Isa::kAmxInt8) return detail::matmul_rows_amx;
 #endif
 #endif
   (void)isa;
-  (void)m;
   return detail::matmul_rows_scalar;
+}
+
+bool is_amx(Isa isa) { return isa == Isa::kAmxInt8 || isa == Isa::kAmxEmulated; }
+
+// This thread's share [begin, end) of `chunks` column chunks, contiguous as schedule(static)
+// deals them: the amx kernel takes its share in one call, so it programs the tiles once.
+void thread_share(int64_t chunks, int64_t* begin, int64_t* end) {
+#ifdef _OPENMP
+  const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+  const int64_t threads = 1, me = 0;
+#endif
+  const int64_t per = chunks / threads, extra = chunks % threads;
+  *begin = me * per + (me < extra ? me : extra);
+  *end = *begin + per + (me < extra ? 1 : 0);
 }
 
 }  // namespace
@@ -274,7 +285,14 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
   for (int64_t r0 = 0; r0 < m; r0 += panel) {
     const int64_t rows = m - r0 < panel ? m - r0 : panel;
     const detail::QuantActs part{acts.qs + r0 * k, acts.scale + r0 * nb, acts.scaled_sum + r0 * nb};
-    const detail::MatmulFn matmul = matmul_fn(isa, rows);
+    const detail::MatmulFn matmul = matmul_fn(isa);
+    if (is_amx(isa)) {
+      int64_t first, last;
+      thread_share(chunks, &first, &last);
+      const int64_t end = last * kColumnsPerChunk < n ? last * kColumnsPerChunk : n;
+      if (first < last) matmul(part, w, y + r0 * n, rows, n, k, q, first * kColumnsPerChunk, end);
+      continue;
+    }
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif

@@ -7,10 +7,12 @@
 //   back to back (exactly a GGUF tensor's bytes); x and y are dense row-major fp32. Activations are
 //   quantized to int8 per 32-element block (scale max|x| / 127) before the integer dot products,
 //   so the result differs from a float dot product by about 1e-3 relative. Every path quantizes
-//   activations identically; paths differ only in float summation order, except that AVX2,
-//   AVX-512 VNNI and AMX-INT8 agree bit for bit (the same float operations in the same order on
-//   the same exact integer dots), so the amx path may switch kernels with M and stay batch
-//   invariant.
+//   activations identically; paths differ only in float summation order, except that AVX2 and
+//   AVX-512 VNNI agree bit for bit (the same float operations in the same order on the same
+//   exact integer dots). AMX-INT8 takes its tiles for every M, with one exact int32 per
+//   (row, column, block) and its own float order (the same below 16 rows, where VNNI registers
+//   replace the tiles), the same for every M and column range. Every
+//   path gives a row the same bits whatever the other rows of the batch (batch invariance).
 #pragma once
 
 #include <cstddef>
@@ -25,8 +27,9 @@ namespace met::cpu {
 enum class QType : int32_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2 };
 
 // kAuto takes the active CpuPath's kernel (isa.h: MET_CPU_ISA, else the best this CPU has).
-// kAmxInt8 takes tiles for M >= amx_min_rows() and the AVX-512 VNNI kernel below; kAmxEmulated
-// is the same with the tile instructions emulated in scalar code (tests, on CPUs without AMX).
+// kAmxInt8 takes AMX tiles for M >= amx_min_rows() and AVX-512 VNNI registers below, both with
+// one exact int32 per (row, column, block) and one epilogue; kAmxEmulated is the same with the
+// tile instructions emulated in scalar code (tests, on CPUs without AMX).
 enum class Isa : int32_t {
   kAuto = 0,
   kScalar = 1,
@@ -38,11 +41,11 @@ enum class Isa : int32_t {
 
 constexpr int64_t kBlock = 32;
 
-// Rows from which the amx kernels take tiles: a 16-row tile is full from there, and below it the
-// VNNI kernel's registers win (tiles pay their packing once per 16 rows).
+// Rows from which the amx kernels take tiles: a 16-row tile is full from there; below it the
+// same exact dots come from AVX-512 VNNI registers, through the same epilogue (the same bits).
 constexpr int64_t kAmxMinRows = 16;
 int64_t amx_min_rows();
-// Testing hook: tests lower it to 1 so that every matmul of a small forward runs on tiles.
+// Testing hook: 1 runs every matmul of a small forward on tiles, 16 (the most it takes) none.
 void set_amx_min_rows(int64_t rows);
 
 // Bytes of one 32-element block: fp16 scale (+ fp16 min for Q4_1) and the quants.
@@ -54,7 +57,7 @@ Isa isa_for(CpuPath path);
 Isa best_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
-// What `isa` runs, for `met doctor`: "avx512vnni", "amx-int8 tiles for M>=16, avx512vnni below".
+// What `isa` runs, for `met doctor`: "avx512vnni", "amx-int8 tiles for M>=16, ...".
 std::string isa_description(Isa isa);
 
 // One row of W back to fp32: the plain reading of the format, used as the tests' reference.

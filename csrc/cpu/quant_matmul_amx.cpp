@@ -11,61 +11,38 @@ namespace met::cpu::detail {
 
 namespace {
 
-// The tile instructions take their register as an immediate (GCC's intrinsics paste it into the
-// assembly), so each tile number the kernel uses gets its own branch; inlined with constant
-// arguments, the branches fold away.
 class HardwareTiles {
  public:
   void configure(const TileConfig& config) { _tile_loadconfig(&config); }
   void release() { _tile_release(); }
 
-  __attribute__((always_inline)) void load(int t, const void* base, int64_t stride) {
-    // TILELOADD's asm names no memory operand: keep the packing stores before it.
-    asm volatile("" ::: "memory");
-    switch (t) {
-      case 2:
-        _tile_loadd(2, base, stride);
-        break;
-      case 3:
-        _tile_loadd(3, base, stride);
-        break;
-      case 4:
-        _tile_loadd(4, base, stride);
-        break;
-      case 5:
-        _tile_loadd(5, base, stride);
-        break;
-      default:
-        __builtin_trap();
-    }
+  // GCC's tile intrinsics paste their register number into the assembly as text, so they cannot
+  // take a template argument; these print it from an immediate operand instead. No memory
+  // clobbers: a "memory" clobber made GCC keep the epilogue's accumulators on the stack and
+  // store them around every tile instruction. The kernel orders its own stores before the loads
+  // that read them (fence()); a store names the 1 KiB it writes, so the epilogue's loads of it
+  // stay after it.
+  template <int T>
+  __attribute__((always_inline)) void load(const void* base, int64_t stride) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "n"(T));
   }
-  __attribute__((always_inline)) void zero(int t) {
-    if (t == 0) {
-      _tile_zero(0);
-    } else if (t == 1) {
-      _tile_zero(1);
-    } else {
-      __builtin_trap();
-    }
+  template <int T>
+  __attribute__((always_inline)) void zero() {
+    asm volatile("tilezero %%tmm%c0" ::"n"(T));
   }
-  __attribute__((always_inline)) void dpbssd(int c, int a, int b) {
-    if (c == 0 && a == 2 && b == 3) {
-      _tile_dpbssd(0, 2, 3);
-    } else if (c == 1 && a == 4 && b == 5) {
-      _tile_dpbssd(1, 4, 5);
-    } else {
-      __builtin_trap();
-    }
+  template <int C, int A, int B>
+  __attribute__((always_inline)) void dpbssd() {
+    asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"n"(C), "n"(A), "n"(B));
   }
-  __attribute__((always_inline)) void store(int t, void* base, int64_t stride) {
-    if (t == 0) {
-      _tile_stored(0, base, stride);
-    } else if (t == 1) {
-      _tile_stored(1, base, stride);
-    } else {
-      __builtin_trap();
-    }
+  // A whole C tile (16 rows of 16 int32) to base (stride 64).
+  template <int T>
+  __attribute__((always_inline)) void store(int32_t* base, int64_t stride) {
+    asm volatile("tilestored %%tmm%c2, (%1,%3,1)"
+                 : "=m"(*reinterpret_cast<int32_t(*)[256]>(base))
+                 : "r"(base), "n"(T), "r"(stride));
   }
+  // What the tile loads will read has been written: stores above stay above.
+  static void fence() { asm volatile("" ::: "memory"); }
 };
 
 }  // namespace

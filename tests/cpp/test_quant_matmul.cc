@@ -144,12 +144,11 @@ TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
                          ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1));
 
-// Every amx test takes tiles from the first row (min rows 1) and restores the default after.
+// Every amx test restores the default rows from which tiles are taken.
 class AmxTiles : public ::testing::TestWithParam<QType> {
  protected:
   void SetUp() override {
     if (!isa_supported(Isa::kAmxEmulated)) GTEST_SKIP() << "emulated AMX tiles need AVX-512 VNNI";
-    set_amx_min_rows(1);
   }
   void TearDown() override { set_amx_min_rows(kAmxMinRows); }
 };
@@ -162,9 +161,11 @@ std::vector<float> run(Isa isa, const std::vector<float>& x, const std::vector<u
   return y;
 }
 
-TEST_P(AmxTiles, EmulatedTilesMatchTheVnniPathBitForBit) {
-  // M around the 16-row tile, N around the 2-column tile pair and the 16-column chunk, K of one,
-  // two, three and 41 blocks (odd last block, more than one VNNI table segment).
+TEST_P(AmxTiles, TilesAndVnniRegistersGiveEveryRowTheSameBits) {
+  // M around the 16-row tile and the 8-row VNNI groups, N around the 16-column panel, K of one,
+  // two, three and 41 blocks: tiles for every M (min rows 1) and VNNI registers below 16 rows
+  // (the default) give the same bits, each row the bits it gets alone, and stay within 1e-4 of
+  // the scalar path (the same exact integer dots in another float order).
   const QType q = GetParam();
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -173,21 +174,34 @@ TEST_P(AmxTiles, EmulatedTilesMatchTheVnniPathBitForBit) {
       const auto w = random_weights(q, n, k, rng);
       std::vector<float> x(40 * k);
       for (auto& v : x) v = normal(rng);
-      for (const int64_t m : {1, 15, 16, 17, 40}) {
-        const auto vnni = run(Isa::kAvx512Vnni, x, w, q, m, n, k);
+      set_amx_min_rows(kAmxMinRows);
+      std::vector<std::vector<float>> alone;
+      for (int64_t r = 0; r < 40; ++r) {
+        std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+        alone.push_back(run(Isa::kAmxEmulated, row, w, q, 1, n, k));
+      }
+      for (const int64_t m : {1, 7, 9, 15, 16, 17, 40}) {
+        set_amx_min_rows(kAmxMinRows);
+        const auto registers = run(Isa::kAmxEmulated, x, w, q, m, n, k);
+        set_amx_min_rows(1);
         const auto tiles = run(Isa::kAmxEmulated, x, w, q, m, n, k);
-        ASSERT_EQ(std::memcmp(tiles.data(), vnni.data(), vnni.size() * sizeof(float)), 0)
+        ASSERT_EQ(std::memcmp(tiles.data(), registers.data(), tiles.size() * sizeof(float)), 0)
             << "m=" << m << " n=" << n << " k=" << k;
-        if (isa_supported(Isa::kAvx2)) {
-          const auto avx2 = run(Isa::kAvx2, x, w, q, m, n, k);
-          ASSERT_EQ(std::memcmp(avx2.data(), vnni.data(), vnni.size() * sizeof(float)), 0)
-              << "avx2 m=" << m << " n=" << n << " k=" << k;
+        for (int64_t r = 0; r < m; ++r) {
+          ASSERT_EQ(std::memcmp(tiles.data() + r * n, alone[r].data(), n * sizeof(float)), 0)
+              << "row " << r << " m=" << m << " n=" << n << " k=" << k;
         }
-        // The scalar path sums the same exact integer dots in another float order.
         const auto scalar = run(Isa::kScalar, x, w, q, m, n, k);
         for (size_t i = 0; i < scalar.size(); ++i) {
           ASSERT_NEAR(tiles[i], scalar[i], 1e-4f * (1.0f + std::fabs(scalar[i])))
               << "m=" << m << " n=" << n << " k=" << k << " i=" << i;
+        }
+        if (isa_supported(Isa::kAvx2)) {
+          // AVX2 and AVX-512 VNNI share their lanes and float order.
+          const auto avx2 = run(Isa::kAvx2, x, w, q, m, n, k);
+          const auto vnni = run(Isa::kAvx512Vnni, x, w, q, m, n, k);
+          ASSERT_EQ(std::memcmp(avx2.data(), vnni.data(), vnni.size() * sizeof(float)), 0)
+              << "avx2 m=" << m << " n=" << n << " k=" << k;
         }
       }
     }
@@ -206,10 +220,14 @@ TEST_P(AmxTiles, RealTilesMatchTheEmulatedOnes) {
   const auto w = random_weights(q, n, k, rng);
   std::vector<float> x(70 * k);
   for (auto& v : x) v = normal(rng);
-  for (const int64_t m : {1, 16, 17, 70}) {
-    const auto emulated = run(Isa::kAmxEmulated, x, w, q, m, n, k);
-    const auto real = run(Isa::kAmxInt8, x, w, q, m, n, k);
-    ASSERT_EQ(std::memcmp(real.data(), emulated.data(), real.size() * sizeof(float)), 0) << m;
+  for (const int64_t min_rows : {int64_t{1}, kAmxMinRows}) {
+    set_amx_min_rows(min_rows);
+    for (const int64_t m : {1, 15, 16, 17, 70}) {
+      const auto emulated = run(Isa::kAmxEmulated, x, w, q, m, n, k);
+      const auto real = run(Isa::kAmxInt8, x, w, q, m, n, k);
+      ASSERT_EQ(std::memcmp(real.data(), emulated.data(), real.size() * sizeof(float)), 0)
+          << m << " from " << min_rows;
+    }
   }
 }
 
@@ -259,7 +277,8 @@ TEST(AmxTileEmulation, FollowsTheIsaDefinitions) {
 
 TEST(AmxTileEmulation, TheAmxPathNamesItsKernels) {
   EXPECT_EQ(isa_description(Isa::kAvx512Vnni), "avx512vnni");
-  EXPECT_EQ(isa_description(Isa::kAmxInt8), "amx-int8 tiles for M>=16, avx512vnni below");
+  EXPECT_EQ(isa_description(Isa::kAmxInt8),
+            "amx-int8 tiles for M>=16, the same dots on avx512vnni below");
   EXPECT_STREQ(isa_name(Isa::kAmxEmulated), "amx-emulated");
 }
 

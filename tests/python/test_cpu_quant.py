@@ -62,18 +62,25 @@ def test_rows_are_independent_of_the_batch() -> None:
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
-def test_amx_tiles_give_the_vnni_kernels_bits(qtype: str) -> None:
-    # Exact integer dots and the same float epilogue: tiles (emulated here unless the CPU has
-    # AMX-INT8) and VNNI registers agree bit for bit, M not a multiple of 16, N odd, K 5 blocks.
+def test_amx_tiles_and_vnni_registers_give_a_row_the_same_bits(qtype: str) -> None:
+    # The amx path's two kernels make the same exact per-block dots and run one epilogue: 21
+    # rows on tiles (emulated here unless the CPU has AMX-INT8) give each row the bits it gets
+    # alone on VNNI registers, M not a multiple of 16, N odd, K 5 blocks.
     tiled = [isa for isa in ("amx-emulated", "amx-int8") if _core.cpu.isa_supported(isa)]
     if not tiled:
         pytest.skip("the amx kernels need AVX-512 VNNI (emulated tiles) or AMX-INT8")
     layer = QuantLinear.from_float(torch.randn(37, 160) * 0.05, qtype)
     x = torch.randn(21, 160)
-    vnni = layer(x, isa="avx512vnni")
-    for isa in tiled:
-        assert _core.cpu.amx_min_rows() <= 21
-        assert torch.equal(layer(x, isa=isa), vnni), isa
+    before = _core.cpu.amx_min_rows()
+    _core.cpu.set_amx_min_rows(16)
+    try:
+        for isa in tiled:
+            together = layer(x, isa=isa)
+            alone = [layer(x[i : i + 1], isa=isa)[0] for i in range(21)]
+            assert all(torch.equal(together[i], alone[i]) for i in range(21)), isa
+            assert torch.equal(together, layer(x, isa=tiled[0])), isa
+    finally:
+        _core.cpu.set_amx_min_rows(before)
 
 
 def test_concat_rows_and_fuse() -> None:
