@@ -12,6 +12,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from met.gguf_split import SplitGGUF, join_parts, parts_of
 from met.kernels.cpu_quant import QuantLinear
 from met.kernels.requant import to_kernel_blocks
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
@@ -81,9 +82,14 @@ _LINEAR_SUFFIXES = (
 )
 
 
-def open_gguf(path: str | Path) -> GGUFReader:
-    """Open (memory-map) a GGUF file, turning every way it can be unreadable into ModelLoadError."""
+def open_gguf(path: str | Path) -> GGUFReader | SplitGGUF:
+    """Open (memory-map) a GGUF file, or a split model's parts from its first, turning every way
+    they can be unreadable into ModelLoadError."""
     path = Path(path)
+    return join_parts(_open_file(path), path, _open_file)
+
+
+def _open_file(path: Path) -> GGUFReader:
     if not path.is_file():
         raise ModelLoadError(
             f"{path}: no such model file; pass an existing .gguf file or run `met pull` "
@@ -104,12 +110,12 @@ def open_gguf(path: str | Path) -> GGUFReader:
         ) from exc
 
 
-def field_value(reader: GGUFReader, key: str, default: Any = None) -> Any:
+def field_value(reader: GGUFReader | SplitGGUF, key: str, default: Any = None) -> Any:
     field = reader.fields.get(key)
     return default if field is None else field.contents()
 
 
-def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
+def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig:
     """The decoder's shape and the chat metadata, as llama.cpp names them."""
     arch = field_value(reader, "general.architecture")
     family = gguf_family(arch, path)
@@ -183,7 +189,7 @@ def read_config(reader: GGUFReader, path: str | Path) -> ModelConfig:
     return config
 
 
-def _rope_scaling(reader: GGUFReader, arch: str) -> RopeScaling | None:
+def _rope_scaling(reader: GGUFReader | SplitGGUF, arch: str) -> RopeScaling | None:
     kind = field_value(reader, f"{arch}.rope.scaling.type")
     factor = field_value(reader, f"{arch}.rope.scaling.factor")
     if kind in (None, "none") or not factor:
@@ -266,7 +272,7 @@ def _split_experts(name: str, weight: Weight, n_experts: int) -> Iterator[tuple[
 
 
 def iter_weights(
-    reader: GGUFReader,
+    reader: GGUFReader | SplitGGUF,
     config: ModelConfig,
     path: Path,
     dtype: torch.dtype,
@@ -276,29 +282,42 @@ def iter_weights(
 
     With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
     Q8_0/Q4_0/Q4_1 tensor's own, any other format's converted (met.kernels.requant)."""
-    with Path(path).open("rb") as file:
-        for tensor in reader.tensors:
-            name = _canonical_name(tensor.name)
-            if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
-                name = None  # a router or experts in a file without expert_count
-            if name is None and _LAYER_RE.fullmatch(tensor.name):
-                # A layer tensor the forward would not apply: running without it is wrong.
-                raise ModelLoadError(
-                    f"{path}: tensor {tensor.name} is not supported for architecture "
-                    f"{config.architecture!r}; met cannot run this model"
-                )
-            if name is None:
-                continue  # rope_freqs is read into the config; anything else is not ours to run
-            weight = _weight(tensor, name, config, path, dtype, keep_blocks, file)
-            if _STACKED not in name:
-                yield name, weight
-            elif len(tensor.shape) != 3 or int(tensor.shape[2]) != config.n_experts:
-                raise ModelLoadError(
-                    f"{path}: tensor {tensor.name} of shape {list(tensor.shape)} does not stack "
-                    f"{config.n_experts} experts (expert_count); the file is inconsistent"
-                )
-            else:
-                yield from _split_experts(name, weight, config.n_experts)
+    for part, part_reader in parts_of(reader, Path(path)):
+        with part.open("rb") as file:
+            for tensor in part_reader.tensors:
+                yield from _tensor_weights(tensor, config, part, dtype, keep_blocks, file)
+
+
+def _tensor_weights(
+    tensor: Any,
+    config: ModelConfig,
+    path: Path,
+    dtype: torch.dtype,
+    keep_blocks: bool,
+    file: BinaryIO,
+) -> Iterator[tuple[str, Weight]]:
+    """The weights one GGUF tensor holds: none, itself, or each expert's slice of a stack."""
+    name = _canonical_name(tensor.name)
+    if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
+        name = None  # a router or experts in a file without expert_count
+    if name is None and _LAYER_RE.fullmatch(tensor.name):
+        # A layer tensor the forward would not apply: running without it is wrong.
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name} is not supported for architecture "
+            f"{config.architecture!r}; met cannot run this model"
+        )
+    if name is None:
+        return  # rope_freqs is read into the config; anything else is not ours to run
+    weight = _weight(tensor, name, config, path, dtype, keep_blocks, file)
+    if _STACKED not in name:
+        yield name, weight
+    elif len(tensor.shape) != 3 or int(tensor.shape[2]) != config.n_experts:
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name} of shape {list(tensor.shape)} does not stack "
+            f"{config.n_experts} experts (expert_count); the file is inconsistent"
+        )
+    else:
+        yield from _split_experts(name, weight, config.n_experts)
 
 
 def _weight(
@@ -351,7 +370,7 @@ def _blockwise(name: str, tensor: Any) -> bool:
 def load_gguf(
     path: str | Path,
     dtype: torch.dtype = torch.float32,
-    reader: GGUFReader | None = None,
+    reader: GGUFReader | SplitGGUF | None = None,
     keep_blocks: bool = False,
     release_metadata: bool = False,
 ) -> tuple[ModelConfig, dict[str, Weight]]:

@@ -148,15 +148,17 @@ def write_family_gguf(
     extra: dict[str, torch.Tensor] | None = None,
     metadata: dict[str, int] | None = None,
     legacy_experts: bool = False,
+    split_max_tensors: int = 0,
     **shape: int,
 ) -> tuple[ModelConfig, dict]:
     """The family's tiny model as llama.cpp's converter writes it: linear weights in `qtype`,
     norms in F32, a byte-level BPE vocabulary with the chat tokens and template; `metadata`
     keys added as uint32 values; a MoE's experts one tensor each with legacy_experts; `extra`
-    tensors (F32) added as named."""
+    tensors (F32) added as named. With split_max_tensors, split as gguf-split does: files
+    path-00001-of-0000N.gguf of at most that many tensors each, the metadata in the first."""
     spec = FAMILIES[family]
     config, weights = family_model(family, len(bpe_vocab()), **shape)
-    w = gguf.GGUFWriter(str(path), spec["arch"])
+    w = gguf.GGUFWriter(str(path), spec["arch"], split_max_tensors=split_max_tensors)
     add_shape(w, config.n_layers, config.context_length, config.hidden, config.ffn)
     c = config
     add_attention(w, c.n_heads, c.n_kv_heads, c.rope_theta, c.norm_eps, head_dim=c.head_dim)

@@ -7,6 +7,7 @@ from pathlib import Path
 import gguf
 import pytest
 import torch
+from family_fixtures import write_family_gguf
 from gguf_writing import (
     Q,
     add_attention,
@@ -222,3 +223,41 @@ def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):
         params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
         out = llm.generate(prompt_token_ids=[[5, 6, 7, 8]], sampling_params=params)[0]
     assert len(out.token_ids) == 6
+
+
+def _split_model(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A tiny Qwen2 written whole and split as gguf-split splits it: (whole file, parts)."""
+    write_family_gguf(tmp_path / "whole.gguf", "qwen2", Q.Q8_0)
+    (tmp_path / "split").mkdir()
+    write_family_gguf(tmp_path / "split" / "m.gguf", "qwen2", Q.Q8_0, split_max_tensors=8)
+    return tmp_path / "whole.gguf", sorted((tmp_path / "split").iterdir())
+
+
+@pytest.mark.parametrize("keep_blocks", [False, True])
+def test_a_split_model_loads_as_its_whole_file(tmp_path, keep_blocks):
+    whole, parts = _split_model(tmp_path)
+    count = len(parts)
+    assert count > 2 and [p.name for p in parts] == [
+        f"m-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)
+    ]
+    config, weights = load_gguf(whole, keep_blocks=keep_blocks)
+    split_config, split_weights = load_gguf(parts[0], keep_blocks=keep_blocks)
+    assert split_config == config and split_weights.keys() == weights.keys()
+    for name, weight in weights.items():
+        got = split_weights[name]
+        if isinstance(weight, QuantLinear):
+            weight, got = weight.blocks, got.blocks
+        assert torch.equal(got, weight), name
+    assert Tokenizer.from_gguf(parts[0]).encode("hello world") == Tokenizer.from_gguf(whole).encode(
+        "hello world"
+    )
+
+
+def test_a_split_model_needs_every_part_and_its_first(tmp_path):
+    _, parts = _split_model(tmp_path)
+    split_in = f"part 2 of a model split in {len(parts)}; pass its first part"
+    with pytest.raises(ModelLoadError, match=split_in):
+        load_gguf(parts[1])
+    parts[-1].unlink()
+    with pytest.raises(ModelLoadError, match=f"part {parts[-1].name} is missing"):
+        load_gguf(parts[0])
