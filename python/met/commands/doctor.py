@@ -10,6 +10,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from met.commands.common import SubParsers, add_command, human_bytes, resolve_model_or_fail
 from met.server.settings import DEVICES, DTYPES, KV_CACHE_DTYPES, WEIGHT_FORMATS
@@ -33,7 +34,8 @@ def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         "-m",
-        help="also load this model (GGUF file or folder) and show its capacity plan",
+        help="also load this model (GGUF file, folder or user/repo[:QUANT]) and show its "
+        "capacity plan",
     )
     # The flags of `met serve` that size the plan, so that their effect can be tried here.
     for flag, kind in (
@@ -172,6 +174,13 @@ def _model() -> Check:
     return Check("default model", False, f"missing ({path})", "met pull")
 
 
+def _model_path(args: argparse.Namespace) -> Path:
+    """--model's file or folder, resolved once for both probes (a Hub model is asked for once)."""
+    if getattr(args, "model_path", None) is None:
+        args.model_path = resolve_model_or_fail(args.model)
+    return args.model_path
+
+
 def _capability(args: argparse.Namespace) -> Check:
     """The model's row of the capability table (met.model.capability): its family's features
     and which forward runs it, read from the file's metadata alone."""
@@ -179,7 +188,7 @@ def _capability(args: argparse.Namespace) -> Check:
     from met.hf_loader import is_hf_folder, read_hf_config
     from met.model.capability import capability_row
 
-    path = resolve_model_or_fail(args.model)
+    path = _model_path(args)
     config = read_hf_config(path) if is_hf_folder(path) else read_config(open_gguf(path), path)
     return Check("capability", True, capability_row(config))
 
@@ -194,7 +203,7 @@ def _capacity(args: argparse.Namespace) -> Check:
     split = ("tensor_parallel_size", "enable_expert_parallel")
     values = {name: getattr(args, name) for name in (*sizing, *choices, *split)}
     config = EngineConfig(
-        model=str(resolve_model_or_fail(args.model)),
+        model=str(_model_path(args)),
         **{name: value for name, value in values.items() if value is not None},
     )
     core = EngineCore(config)  # with --tensor-parallel-size, the other ranks start and stop too

@@ -35,7 +35,10 @@ def register(subparsers: SubParsers, common: argparse.ArgumentParser) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by `met run` and `met chat`."""
     parser.add_argument(
-        "--model", "-m", help="GGUF file or model folder (default: the default model)"
+        "--model",
+        "-m",
+        help="GGUF file, model folder or user/repo[:QUANT] from the Hugging Face Hub "
+        "(default: the default model)",
     )
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     parser.add_argument(

@@ -21,6 +21,7 @@ from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
 from met.engine.prompt_logprobs import PromptScores
 from met.engine.torch_backend import TorchBackend
+from met.hub import served_name
 from met.model.capability import cannot_run
 from met.model.cpu_llama import cpu_forward_for
 from met.model.cuda_llama import cuda_forward_for
@@ -53,6 +54,7 @@ class EngineCore:
     ) -> None:
         self.config = config
         self.model_path = resolve_model(config.model)
+        self.hub_name = served_name(config.model, self.model_path)
         self.model_config, self.model, self.tokenizer = load_model(
             self.model_path,
             dtype=config.dtype,
@@ -155,6 +157,8 @@ class EngineCore:
 
     @property
     def model_name(self) -> str:
+        if self.hub_name is not None:  # its snapshot folder's name is a commit hash
+            return self.hub_name
         return (
             self.model_path.stem.split(".")[0]
             if self.model_path.is_file()

@@ -76,7 +76,13 @@ class _Option:
 
 
 _OPTIONS = (
-    _Option("model", str, "GGUF file or Hugging Face folder (default: the default model)", True),
+    _Option(
+        "model",
+        str,
+        "GGUF file, Hugging Face folder or user/repo[:QUANT] from the Hugging Face Hub "
+        "(default: the default model)",
+        True,
+    ),
     _Option(
         "served_model_name",
         list,
