@@ -6,7 +6,8 @@ GET /api/models/{repo}[/revision/{rev}]: the repo's id, commit sha and files; GE
 /api/models/{repo}/tree/{rev}: its file tree; HEAD and GET /{repo}/resolve/{rev}/{file}: ETag,
 X-Repo-Commit and Content-Length, Range answered with 206. A repo or file it lacks is a 404 with
 the X-Error-Code the Hub sends. `cut` makes the next GET of a file stop after that many bytes
-and drop the connection, as a network failure mid-download does."""
+and drop the connection, as a network failure mid-download does; `gated` repos answer only a
+request bearing their token."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class FakeHub:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.requests: list[tuple[str, str, str | None]] = []
         self.cut: dict[str, int] = {}
+        self.gated: dict[str, str] = {}  # repo -> the token it takes
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -97,8 +99,11 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _repo(self, match: re.Match) -> dict[str, bytes] | None:
             repo = hub.repos.get(match["repo"])
             rev = match["rev"]
+            token = hub.gated.get(match["repo"])
             if repo is None:
                 self._error(404, "RepoNotFound", "Repository not found")
+            elif token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+                self._error(403, "GatedRepo", "Access to this gated repo is restricted")
             elif rev not in (None, "main", hub.commit(match["repo"])):
                 self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
             else:

@@ -112,6 +112,9 @@ def test_a_safetensors_repo_pulls_what_a_folder_needs(hub, tmp_path) -> None:
     assert "met: tester/Tiny: a safetensors folder (5 files)" in done.stderr
     config, _, tokenizer = load_model(pulled, device="cpu")
     assert config.family == "qwen2" and tokenizer.decode(tokenizer.encode("hi")) == "hi"
+    listed = run_met("models", env=hub_env(tmp_path, hub.url)).stdout
+    size = human_bytes(sum(f.stat().st_size for f in folder.iterdir()))
+    assert listed == f"tester/Tiny  {size:>10}  {pulled}\n"
 
 
 def test_offline_the_cache_is_used_and_said_in_one_line(hub, gguf_repo, tmp_path) -> None:
@@ -152,12 +155,27 @@ def test_a_missing_repo_or_quant_is_one_line_naming_what_exists(hub, gguf_repo, 
     assert quant.returncode == 1 and quant.stderr.splitlines() == [
         f"met: error: {REPO} has no Q5_K_S GGUF file; it has Q4_K_M, Q8_0"
     ]
+    hub.add("tester/Gated", gguf_repo)
+    hub.gated["tester/Gated"] = "hf_test_token"
+    gated = pull(tmp_path, hub, "tester/Gated:Q8_0")
+    assert gated.returncode == 1 and gated.stderr.splitlines() == [
+        f"met: error: tester/Gated is gated on {hub.url}: accept its terms there and log in "
+        "(HF_TOKEN or `hf auth login`)"
+    ]
     neither = pull(tmp_path, hub, "tiny")
     assert neither.returncode == 1 and neither.stderr.splitlines() == [
         "met: error: unknown model 'tiny'; `met pull` fetches the default (smollm2) or "
         "user/repo[:QUANT] from the Hugging Face Hub"
     ]
     assert hub.downloads() == []
+
+
+def test_the_hubs_token_reaches_a_gated_repo(hub, gguf_repo, tmp_path) -> None:
+    hub.add("tester/Gated", gguf_repo)
+    hub.gated["tester/Gated"] = "hf_test_token"
+    done = pull(tmp_path, hub, "tester/Gated:Q8_0", HF_TOKEN="hf_test_token")
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).read_bytes() == gguf_repo["Tiny-Q8_0.gguf"]
 
 
 def test_a_download_cut_off_midway_resumes_where_it_stopped(hub, tmp_path) -> None:
@@ -189,3 +207,16 @@ def test_serve_answers_chat_with_a_model_from_the_hub(hub, gguf_repo, tmp_path) 
     assert reply.model == model and reply.choices[0].finish_reason in ("stop", "length")
     assert 1 <= reply.usage.completion_tokens <= 4
     assert [u for u, _ in hub.downloads()] == [resolve_url(hub, REPO, "Tiny-Q8_0.gguf")]
+
+
+def test_run_and_doctor_take_a_hub_model(hub, gguf_repo, tmp_path) -> None:
+    hub.add(REPO, gguf_repo)
+    env = hub_env(tmp_path, hub.url)
+    model = f"{REPO}:Q8_0"
+    ran = run_met("run", "--model", model, "--max-tokens", "3", "--temperature", "0", "hi", env=env)
+    assert ran.returncode == 0, ran.stderr
+    doctor = run_met("doctor", "--model", model, env=env)
+    assert "ok       capability     qwen2" in doctor.stdout, doctor.stdout
+    assert "Tiny-Q8_0.gguf" in doctor.stdout  # the capacity probe loaded the pulled file
+    assert doctor.stderr.count(f"met: {model}: Tiny-Q8_0.gguf") == 1  # resolved once
+    assert len(hub.downloads()) == 1  # fetched by met run, then found in the cache

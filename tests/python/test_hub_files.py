@@ -1,11 +1,12 @@
-"""Which files of a Hub repo `user/repo[:QUANT]` names (met.hub_files), and what reads as a Hub
-name at all (met.hub.parse_ref); no network."""
+"""Which files of a Hub repo `user/repo[:QUANT]` names (met.hub_files), what reads as a Hub name
+at all (met.hub.parse_ref) and what name a Hub model is served by; no network."""
 
 from __future__ import annotations
 
 import pytest
+from huggingface_hub import constants
 
-from met.hub import HubRef, parse_ref
+from met.hub import HubRef, parse_ref, served_name
 from met.hub_files import HubFilesError, choose, quant_of
 
 GGUF_REPO = [
@@ -105,3 +106,13 @@ def test_quant_of_reads_the_last_tag() -> None:
 )
 def test_what_reads_as_a_hub_name(name: str, ref: HubRef | None) -> None:
     assert parse_ref(name) == ref
+
+
+def test_a_model_from_the_hub_cache_is_served_by_the_name_it_was_asked_by(tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = tmp_path / "hub" / "models--u--r" / "snapshots" / ("0" * 40)
+    assert served_name("u/r:Q8_0", snapshot / "r-Q8_0.gguf") == "u/r:Q8_0"
+    assert served_name("u/r", snapshot) == "u/r"
+    # A local folder that happens to be named user/repo keeps its own name.
+    assert served_name("u/r", tmp_path / "u" / "r") is None
+    assert served_name(None, snapshot) is None
