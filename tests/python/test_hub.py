@@ -136,6 +136,11 @@ def test_offline_the_cache_is_used_and_said_in_one_line(hub, gguf_repo, tmp_path
         f"met: {REPO}:Q8_0: Tiny-Q8_0.gguf; the repo has Q4_K_M, Q8_0 "
         f"(offline, {closed} is unreachable (ConnectError): from the Hugging Face cache)"
     ]
+    never = run_met("pull", "tester/Other", env=hub_env(tmp_path, closed))
+    assert never.returncode == 1 and never.stderr.splitlines() == [
+        f"met: error: tester/Other: {closed} is unreachable (ConnectError), and it is not in "
+        "the Hugging Face cache"
+    ]
     uncached = pull(tmp_path, hub, f"{REPO}:Q4_K_M", HF_HUB_OFFLINE="1")
     assert uncached.returncode == 1
     assert uncached.stderr.splitlines() == [
