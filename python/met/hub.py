@@ -34,17 +34,6 @@ class HubRef:
         return f"{self.repo}:{self.tag}" if self.tag else self.repo
 
 
-@dataclass(frozen=True)
-class Pulled:
-    """A model in the Hub cache: `path` is the GGUF file to load (a split model's first part) or
-    the folder; `offline` says why the cache was used without asking the Hub (None: it was)."""
-
-    ref: HubRef
-    path: Path
-    choice: Choice
-    offline: str | None
-
-
 def parse_ref(name: str) -> HubRef | None:
     """`user/repo[:QUANT]` as a HubRef; None for anything else, a .gguf file name included."""
     match = _REF_RE.fullmatch(name)
@@ -57,9 +46,10 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def pull(ref: HubRef, force: bool = False, say: Say = _stderr) -> Pulled:
+def pull(ref: HubRef, force: bool = False, say: Say = _stderr) -> Path:
     """Fetch the files `ref` names into the Hub cache (only what is missing, or all with
-    `force`), saying in one line which were picked; offline, the cached ones."""
+    `force`), saying in one line which were picked; offline, the cached ones. The GGUF file to
+    load (a split model's first part) or the folder."""
     files, offline = _repo_files(ref)
     choice = choose(ref.repo, files, ref.tag)
     # Online the line comes before the progress bars; offline only once the cache had it, so
@@ -69,7 +59,7 @@ def pull(ref: HubRef, force: bool = False, say: Say = _stderr) -> Pulled:
     folder = _download(ref, choice, force, offline)
     if offline is not None:
         say(_describe(ref, choice, offline))
-    return Pulled(ref, folder / choice.gguf if choice.gguf else folder, choice, offline)
+    return folder / choice.gguf if choice.gguf else folder
 
 
 def _describe(ref: HubRef, choice: Choice, offline: str | None) -> str:
@@ -167,7 +157,7 @@ def _download(ref: HubRef, choice: Choice, force: bool, offline: str | None) -> 
     except IncompleteSnapshotError as exc:
         cached = _files_in(Path(exc.snapshot_path))
         lacking = ", ".join(sorted(set(choice.files) - set(cached)))
-        have = ", ".join(str(HubRef(ref.repo, quant_of(m) or m)) for m in gguf_models(cached))
+        have = ", ".join(f"{ref.repo}:{_tag(model)}" for model in gguf_models(cached))
         raise HubError(
             f"{ref}: {offline}, and the cache lacks {lacking}; cached: {have or 'no GGUF model'}"
         ) from exc
@@ -224,8 +214,12 @@ def cached_models() -> list[tuple[str, Path, int]]:
             for model in models:
                 parts = split_parts(model)
                 if all(part in sizes for part in parts):
-                    tag = quant_of(model) or Path(model).stem
                     rows.setdefault(
-                        f"{repo.repo_id}:{tag}", (root / model, sum(map(sizes.get, parts)))
+                        f"{repo.repo_id}:{_tag(model)}", (root / model, sum(map(sizes.get, parts)))
                     )
     return [(name, path, size) for name, (path, size) in rows.items()]
+
+
+def _tag(model: str) -> str:
+    """The tag that asks for a GGUF model: its quant, else its file name."""
+    return quant_of(model) or Path(model).stem

@@ -128,7 +128,7 @@ def resolve_model(model: str | None) -> Path:
 
     ref = hub.parse_ref(model)
     if ref is not None:
-        return hub.pull(ref).path
+        return hub.pull(ref)
     raise FileNotFoundError(
         f"{model}: no such model file or folder (nor in {models_dir()}); pass a .gguf file, a "
         "Hugging Face folder, user/repo[:QUANT] from the Hugging Face Hub, or `smollm2` for the "

@@ -84,10 +84,10 @@ def _pull_from_hub(ref: HubRef, force: bool) -> int:
     from met.hub import pull
 
     try:
-        pulled = pull(ref, force=force)
+        path = pull(ref, force=force)
     except OSError as exc:  # met.hub's errors, one line each
         raise CliError(str(exc)) from exc
-    print(pulled.path)
+    print(path)
     return 0
 
 
