@@ -73,16 +73,6 @@ void bind_cpu_kernels(py::module_& m) {
       "default_path", [] { return std::string(cpu::path_name(cpu::best_path())); },
       "the path taken when MET_CPU_ISA is unset");
   cpu.def(
-      "default_path_note",
-      [] {
-        // Only where the real tiles could run: emulated ones are a testing hook, never a default.
-        const bool amx_here =
-            cpu::path_unsupported_reason_for(cpu::CpuPath::kAmx, cpu::cpu_features(), false)
-                .empty();
-        return std::string(amx_here ? cpu::kAmxNotDefault : "");
-      },
-      "why this CPU's default is not a path it supports (amx), or ''");
-  cpu.def(
       "path_support",
       [] {
         py::dict out;

@@ -120,15 +120,11 @@ std::string path_unsupported_reason(CpuPath path) {
   return path_unsupported_reason_for(path, cpu_features(), amx_emulation());
 }
 
-// Measured on an Intel Xeon with AMX (benchmarks/README.md): the tile kernel, which reproduces
-// the VNNI kernel's partial dots to give the same bits, took 2-3.6x the VNNI kernel's time at
-// 64 and 512 rows, and met's prefill and batched decode fell below llama.cpp's.
-const char* const kAmxNotDefault =
-    "amx is available but not the default: its tile matmul measured slower than avx512's VNNI "
-    "kernel on AMX hardware (MET_CPU_ISA=amx forces it)";
-
+// amx leads: its full-density tiles beat the avx512 path's VNNI kernel on AMX hardware at every
+// M (benchmarks/README.md, "AMX-INT8 tiles"); the tile kernel before them, which reproduced the
+// VNNI kernel's partial dots, was slower, and while it was amx was left out of this choice.
 CpuPath default_path_for(const CpuFeatures& features) {
-  for (const CpuPath path : {CpuPath::kAvx512, CpuPath::kAvx2}) {
+  for (const CpuPath path : {CpuPath::kAmx, CpuPath::kAvx512, CpuPath::kAvx2}) {
     if (path_unsupported_reason_for(path, features, false).empty()) return path;
   }
   return CpuPath::kScalar;

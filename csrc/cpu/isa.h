@@ -32,13 +32,11 @@ inline bool path_supported(CpuPath path) { return path_unsupported_reason(path).
 std::string path_unsupported_reason_for(CpuPath path, const CpuFeatures& features,
                                         bool amx_emulated);
 
-// The path taken when MET_CPU_ISA is unset: the fastest this CPU supports, except amx, which is
-// never chosen by itself (kAmxNotDefault says why); MET_CPU_ISA=amx still forces it.
+// The path taken when MET_CPU_ISA is unset: the fastest this CPU supports (never the emulated
+// tiles, a testing hook).
 CpuPath best_path();
 // best_path's choice for a CPU with `features`: pure, so tests can hand it any CPU.
 CpuPath default_path_for(const CpuFeatures& features);
-// Why a CPU that runs the amx path does not take it by default, for `met doctor`.
-extern const char* const kAmxNotDefault;
 
 // MET_CPU_ISA when set, else best_path(); then whatever set_active_path chose last. Throws
 // std::runtime_error when MET_CPU_ISA names an unknown or unsupported path.

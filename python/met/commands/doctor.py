@@ -122,19 +122,16 @@ def _core() -> Check:
 
 
 def _cpu_path(core) -> str:
-    """The kernel path in use (MET_CPU_ISA, else the default: the fastest this CPU runs, never
-    amx by itself), what its matmul runs (on amx: tiles from 16 rows, VNNI below), why the
-    default passes over amx where the CPU has it, and why any other path is not available here
-    (for amx also a kernel refusing tile data)."""
+    """The kernel path in use (MET_CPU_ISA, else the default: the fastest this CPU runs),
+    whether it is the default, what its matmul runs (on amx: tiles from 16 rows, the same dots
+    on VNNI registers below) and why any other path is not available here (for amx also a
+    kernel refusing tile data)."""
     path = core.cpu.cpu_path()
     default = core.cpu.default_path()
     support = core.cpu.path_support()
     unsupported = ", ".join(f"{name}: {why}" for name, why in support.items() if why)
     chosen = "default" if path == default else f"forced by MET_CPU_ISA; the default is {default}"
     detail = f"{path} path ({chosen}; matmul {core.cpu.matmul_kernel()})"
-    note = core.cpu.default_path_note()
-    if note and path != "amx":
-        detail += f"; {note}"
     return detail + (f"; not here: {unsupported}" if unsupported else "")
 
 
