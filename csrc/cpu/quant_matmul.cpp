@@ -244,10 +244,14 @@ detail::MatmulFn matmul_fn(Isa isa) {
   return detail::matmul_rows_scalar;
 }
 
-bool is_amx(Isa isa) { return isa == Isa::kAmxInt8 || isa == Isa::kAmxEmulated; }
+// The columns kernels (avx512, amx) take a thread's whole share of columns in one call: they
+// transpose the activations' scales once per call, and the tiles are programmed once.
+bool takes_thread_share(Isa isa) {
+  return isa == Isa::kAvx512Vnni || isa == Isa::kAmxInt8 || isa == Isa::kAmxEmulated;
+}
 
 // This thread's share [begin, end) of `chunks` column chunks, contiguous as schedule(static)
-// deals them: the amx kernel takes its share in one call, so it programs the tiles once.
+// deals them.
 void thread_share(int64_t chunks, int64_t* begin, int64_t* end) {
 #ifdef _OPENMP
   const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
@@ -286,7 +290,7 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
     const int64_t rows = m - r0 < panel ? m - r0 : panel;
     const detail::QuantActs part{acts.qs + r0 * k, acts.scale + r0 * nb, acts.scaled_sum + r0 * nb};
     const detail::MatmulFn matmul = matmul_fn(isa);
-    if (is_amx(isa)) {
+    if (takes_thread_share(isa)) {
       int64_t first, last;
       thread_share(chunks, &first, &last);
       const int64_t end = last * kColumnsPerChunk < n ? last * kColumnsPerChunk : n;

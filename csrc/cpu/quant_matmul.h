@@ -7,12 +7,11 @@
 //   back to back (exactly a GGUF tensor's bytes); x and y are dense row-major fp32. Activations are
 //   quantized to int8 per 32-element block (scale max|x| / 127) before the integer dot products,
 //   so the result differs from a float dot product by about 1e-3 relative. Every path quantizes
-//   activations identically; paths differ only in float summation order, except that AVX2 and
-//   AVX-512 VNNI agree bit for bit (the same float operations in the same order on the same
-//   exact integer dots). AMX-INT8 takes its tiles for every M, with one exact int32 per
-//   (row, column, block) and its own float order (the same below 16 rows, where VNNI registers
-//   replace the tiles), the same for every M and column range. Every
-//   path gives a row the same bits whatever the other rows of the batch (batch invariance).
+//   activations identically; paths differ only in float summation order, except that AVX-512
+//   VNNI and AMX-INT8 agree bit for bit: both make one exact int32 per (row, column, block)
+//   (quant_matmul_columns.inc; tiles from amx_min_rows rows on the amx path) and run one float
+//   epilogue in block order. Every path gives a row the same bits whatever the other rows of the
+//   batch (batch invariance).
 #pragma once
 
 #include <cstddef>

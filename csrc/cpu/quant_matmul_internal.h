@@ -45,7 +45,8 @@ void matmul_rows_avx2(const QuantActs& acts, const uint8_t* w, float* y, int64_t
                       int64_t k, QType q, int64_t n_begin, int64_t n_end);
 void matmul_rows_avx512vnni(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
                             int64_t k, QType q, int64_t n_begin, int64_t n_end);
-// Bit for bit matmul_rows_avx512vnni (quant_matmul_amx.inc); the emulated one runs the same code
+// Bit for bit matmul_rows_avx512vnni (the same dots and epilogue, quant_matmul_amx.inc over
+// quant_matmul_columns.inc); the emulated one runs the same code
 // on scalar tile arithmetic, for tests.
 void matmul_rows_amx_emulated(const QuantActs& acts, const uint8_t* w, float* y, int64_t m,
                               int64_t n, int64_t k, QType q, int64_t n_begin, int64_t n_end);
