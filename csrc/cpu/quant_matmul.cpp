@@ -149,7 +149,8 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx2:
       return f.avx2 && f.fma && f.f16c;
     case Isa::kAvx512Vnni:
-      return isa_supported(Isa::kAvx2) && f.avx512vl && f.avx512vnni;
+      // 512-bit VPDPBUSD and byte shifts over 16-column panels (quant_matmul_columns.inc).
+      return isa_supported(Isa::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
     case Isa::kAmxEmulated:
       // The tiles' packing and epilogue are AVX-512 code.
       return isa_supported(Isa::kAvx512Vnni) && f.avx512f && f.avx512bw;
