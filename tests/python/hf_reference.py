@@ -5,6 +5,7 @@ the same weights, written as a GGUF file the way llama.cpp's converter names and
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -20,7 +21,7 @@ from gguf_writing import (
     permute_qk,
     store,
 )
-from model_fixtures import byte_tokenizer_json, paged_forwards
+from model_fixtures import byte_tokenizer_json, paged_forwards, stepped_logits
 from server_harness import start_server
 
 import met
@@ -178,6 +179,22 @@ def dequantized_reference(model: torch.nn.Module, path: Path, names: dict[str, s
     return model
 
 
+def file_and_reference(
+    model: torch.nn.Module,
+    kind: str,
+    folder: Path,
+    gguf_file: Callable[[Q], Path],
+    names: dict[str, str] | None = None,
+) -> tuple[Path, torch.nn.Module]:
+    """The tiny model as `kind` ("hf": a folder; "f32", "q8_0": the GGUF file gguf_file(qtype)
+    writes) and the transformers model to compare it with (for Q8_0, with the file's own
+    dequantized weights)."""
+    if kind == "hf":
+        return save_hf(model, folder), model
+    path = gguf_file(getattr(Q, kind.upper()))
+    return path, dequantized_reference(model, path, names) if kind == "q8_0" else model
+
+
 def assert_matches_transformers(path: Path, want: dict[str, torch.Tensor], tol: float) -> list:
     """met's paged forwards of the file or folder at `path` (torch, and C++ where it runs the
     model) against transformers' logits: each within tol x the largest |logit|, and the same
@@ -186,12 +203,8 @@ def assert_matches_transformers(path: Path, want: dict[str, torch.Tensor], tol: 
     names = []
     for name, runner in paged_forwards(path):
         names.append(name)
-        got: dict[str, list[torch.Tensor]] = {seq: [] for seq in want}
-        for rows in STEPS:
-            for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
-                got[seq].append(logits)
-        for seq, parts in got.items():
-            logits, atol = torch.cat(parts), tol * want[seq].abs().max().item()
+        for seq, logits in stepped_logits(runner, STEPS, want).items():
+            atol = tol * want[seq].abs().max().item()
             torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
             ours, theirs = logits.argmax(-1), want[seq].argmax(-1)
             rows = torch.arange(len(ours))

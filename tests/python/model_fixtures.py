@@ -230,12 +230,17 @@ def assert_forwards_match(path, steps, want: dict[str, torch.Tensor], tol: float
     names = []
     for name, runner in paged_forwards(path):
         names.append(name)
-        got: dict[str, list[torch.Tensor]] = {seq: [] for seq in want}
-        for rows in steps:
-            for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
-                got[seq].append(logits)
-        for seq, parts in got.items():
-            logits, atol = torch.cat(parts), tol * want[seq].abs().max().item()
+        for seq, logits in stepped_logits(runner, steps, want).items():
+            atol = tol * want[seq].abs().max().item()
             torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=f"{name} {seq}")
             assert torch.equal(logits.argmax(-1), want[seq].argmax(-1)), f"{name} {seq}"
     return names
+
+
+def stepped_logits(runner: PagedRunner, steps, seqs) -> dict[str, torch.Tensor]:
+    """Each sequence's logits over `steps` (lists of (sequence, new tokens) rows), in order."""
+    got: dict[str, list[torch.Tensor]] = {seq: [] for seq in seqs}
+    for rows in steps:
+        for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
+            got[seq].append(logits)
+    return {seq: torch.cat(parts) for seq, parts in got.items()}

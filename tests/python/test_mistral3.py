@@ -19,7 +19,7 @@ from hf_reference import (
     assert_matches_transformers,
     assert_serves_chat,
     build_hf,
-    dequantized_reference,
+    file_and_reference,
     hf_logits,
     save_hf,
     write_gguf,
@@ -67,13 +67,10 @@ def _gguf(model, path, qtype=Q.Q8_0):
 @pytest.mark.parametrize("kind", ["hf", "f32", "q8_0"])
 def test_ministral3_matches_transformers_on_every_forward(tmp_path, kind):
     model = _model()
-    if kind == "hf":
-        path = save_hf(model, tmp_path / "ministral3")
-    else:
-        path = _gguf(model, tmp_path / "m.gguf", getattr(Q, kind.upper()))
-    if kind == "q8_0":
-        model = dequantized_reference(model, path)
-    names = assert_matches_transformers(path, hf_logits(model), TOL[kind])
+    path, reference = file_and_reference(
+        model, kind, tmp_path / "ministral3", lambda q: _gguf(model, tmp_path / "m.gguf", q)
+    )
+    names = assert_matches_transformers(path, hf_logits(reference), TOL[kind])
     assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import pytest
 from hf_reference import (
-    Q,
     assert_greedy_batch_invariant,
     assert_matches_transformers,
     assert_serves_chat,
     build_hf,
-    dequantized_reference,
+    file_and_reference,
     hf_logits,
-    save_hf,
     write_gguf,
 )
 
@@ -43,15 +41,14 @@ def _model():
 @pytest.mark.parametrize("kind", ["hf", "f32", "q8_0"])
 def test_olmo2_matches_transformers_on_every_forward(tmp_path, kind):
     model = _model()
-    if kind == "hf":
-        path = save_hf(model, tmp_path / "olmo2")
-    else:
-        path = write_gguf(
-            model, tmp_path / "olmo2.gguf", "olmo2", getattr(Q, kind.upper()), names=GGUF_NAMES
-        )
-    if kind == "q8_0":
-        model = dequantized_reference(model, path, HF_NAMES)
-    names = assert_matches_transformers(path, hf_logits(model), TOL[kind])
+    path, reference = file_and_reference(
+        model,
+        kind,
+        tmp_path / "olmo2",
+        lambda q: write_gguf(model, tmp_path / "olmo2.gguf", "olmo2", q, names=GGUF_NAMES),
+        HF_NAMES,
+    )
+    names = assert_matches_transformers(path, hf_logits(reference), TOL[kind])
     assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 

@@ -14,7 +14,7 @@ from hf_reference import (
     assert_matches_transformers,
     assert_serves_chat,
     build_hf,
-    dequantized_reference,
+    file_and_reference,
     hf_logits,
     save_hf,
     write_gguf,
@@ -42,15 +42,13 @@ def _gguf(tmp_path, qtype=Q.Q8_0):
 @pytest.mark.parametrize("kind", ["hf", "f32", "q8_0"])
 def test_smollm3_matches_transformers_on_every_forward(tmp_path, kind):
     model = _model()
-    if kind == "hf":
-        path = save_hf(model, tmp_path / "smollm3")
-    else:
-        path = write_gguf(
-            model, tmp_path / "s.gguf", "smollm3", getattr(Q, kind.upper()), permuted=True
-        )
-    if kind == "q8_0":
-        model = dequantized_reference(model, path)
-    names = assert_matches_transformers(path, hf_logits(model), TOL[kind])
+    path, reference = file_and_reference(
+        model,
+        kind,
+        tmp_path / "smollm3",
+        lambda q: write_gguf(model, tmp_path / "s.gguf", "smollm3", q, permuted=True),
+    )
+    names = assert_matches_transformers(path, hf_logits(reference), TOL[kind])
     assert names == (["torch", "cpp"] if kind == "q8_0" else ["torch"])
 
 
