@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from met.engine.outputs import EngineStats, SpecStats
@@ -11,6 +13,7 @@ from met.server.generation import fit_max_tokens
 from met.server.metrics import ServerMetrics, api_label
 from met.server.protocol import ChatCompletionBody, CompletionBody, sampling_params
 from met.server.settings import SettingsError, load_settings
+from met.server.state import ServerState
 from met.server.streaming import SSE_DONE, Envelope, sse
 
 
@@ -158,6 +161,23 @@ def test_metrics_engine_gauges_read_at_scrape_time() -> None:
     assert samples[("met_kv_cache_usage_ratio", ())] == 0.25
 
 
+def test_metrics_for_routers_per_model_and_prefix_counters() -> None:
+    # The gauges an llm-d / Gateway API Inference Extension endpoint picker reads (docs/server.md).
+    busy = EngineStats(num_running=1, num_waiting=4, kv_blocks_used=8, kv_blocks_total=32)
+    busy.kv_block_size, busy.prefix_cache_queried_tokens, busy.prefix_cache_hit_tokens = 16, 90, 60
+    models = [("coder", "loaded", busy), ("small", "unloaded", None)]
+    samples = _samples(ServerMetrics(lambda: (busy, True), lambda: models))
+    assert samples[("met_prefix_cache_queries_total", ())] == 90
+    assert samples[("met_prefix_cache_hits_total", ())] == 60
+    shape = (("block_size", "16"), ("model", "coder"), ("num_blocks", "32"))
+    assert samples[("met_cache_config_info", shape)] == 1
+    assert samples[("met_model_requests_waiting", (("model", "coder"),))] == 4
+    assert samples[("met_model_kv_cache_usage_ratio", (("model", "coder"),))] == 0.25
+    assert samples[("met_model_state", (("model", "small"), ("state", "unloaded")))] == 1
+    assert samples[("met_model_state", (("model", "small"), ("state", "loaded")))] == 0
+    assert not any(k[0] == "met_cache_config_info" and ("model", "small") in k[1] for k in samples)
+
+
 def test_metrics_speculation_only_when_on() -> None:
     assert ("met_spec_draft_tokens_total", ()) not in _samples(
         ServerMetrics(lambda: (EngineStats(), True))
@@ -258,3 +278,42 @@ def test_chat_body_accepts_content_parts() -> None:
     assert body.messages[0].content[0].text == "hi"
     params = sampling_params(body, None, None)
     assert params.max_tokens is None and params.temperature == 1.0
+
+
+def test_several_models_from_flags_and_file(tmp_path) -> None:
+    s = load_settings(["--model", "a.gguf", "--model", "b", "--max-loaded-models", "2"], env={})
+    assert (s.engine.model, s.more_models, s.max_loaded_models) == ("a.gguf", ["b"], 2)
+    config = tmp_path / "met.toml"
+    config.write_text('model = ["x.gguf", "y.gguf"]\nmodel-idle-timeout = 30\n')
+    s = load_settings(["--config", str(config)], env={})
+    assert (s.engine.model, s.more_models, s.model_idle_timeout) == ("x.gguf", ["y.gguf"], 30.0)
+    with pytest.raises(SettingsError):
+        load_settings(["--max-loaded-models", "0"], env={})
+
+
+def _unloaded(config, progress) -> SimpleNamespace:
+    return SimpleNamespace(ready=False, config=config)
+
+
+def test_models_are_named_by_file_and_two_of_one_name_are_refused(tmp_path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "tiny.Q8_0.gguf").write_bytes(b"")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    first, second = str(tmp_path / "a" / "tiny.Q8_0.gguf"), str(tmp_path / "b" / "tiny.Q8_0.gguf")
+    settings = load_settings(["--model", first, "--model", str(tmp_path / "hf")], env={})
+    state = ServerState(None, settings, make_engine=_unloaded)
+    assert [m.names for m in state.router.models] == [["tiny"], ["hf"]]
+    assert state.router.find("hf") is state.router.models[1]
+    assert state.router.find(None) is state.default
+    with pytest.raises(APIError) as e:
+        state.router.find("other")
+    assert e.value.status == 404 and "'tiny', 'hf'" in e.value.message
+    with pytest.raises(ValueError, match="two models answer to 'tiny'"):
+        ServerState(
+            None,
+            load_settings(["--model", first, "--model", second], env={}),
+            None,
+            make_engine=_unloaded,
+        )

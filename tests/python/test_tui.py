@@ -111,6 +111,12 @@ def test_startup_panel_shows_loading_then_ready() -> None:
     }
     text = startup_text(ready, "http://x")
     assert "READY" in text and "float32" in text and "64 blocks" in text
+    assert "models:" not in text
+    ready["models"] = [
+        {"name": "tiny", "state": "loaded", "in_flight": 2},
+        {"name": "coder", "state": "unloaded", "in_flight": 0},
+    ]
+    assert "models: tiny loaded (2 requests), coder unloaded" in startup_text(ready, "http://x")
     assert "STARTING" in startup_text(None, "http://x")
 
 

@@ -27,7 +27,7 @@ from met.engine.outputs import CompletionDelta, TokenLogprob
 from met.sampling import Constraint, SamplingParams
 from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
-from met.server.state import ServerState
+from met.server.served_model import ServedModel
 
 log = logging.getLogger("met.chat")
 
@@ -55,7 +55,7 @@ class PreparedChat:
         return ChoiceParser(tools, reasoning)
 
 
-def prepare(state: ServerState, request: ChatRequest) -> PreparedChat:
+def prepare(state: ServedModel, request: ChatRequest) -> PreparedChat:
     """Validate, render and constrain; raises APIError (400) naming the offending field."""
     engine = state.engine
     if not request.messages:
@@ -106,7 +106,7 @@ def prepare(state: ServerState, request: ChatRequest) -> PreparedChat:
 
 
 def _thinking(
-    state: ServerState, request: ChatRequest, enable: bool | None, tail: str
+    state: ServedModel, request: ChatRequest, enable: bool | None, tail: str
 ) -> Thinking | None:
     """Whether (and how) the output may begin with thinking; None when it cannot."""
     if state.chat_setup.reasoning is None:
@@ -227,7 +227,7 @@ class ChatRun:
 
     @classmethod
     async def start(
-        cls, state: ServerState, prepared: PreparedChat, request_id: str, http: Request
+        cls, state: ServedModel, prepared: PreparedChat, request_id: str, http: Request
     ) -> ChatRun:
         gen = Generation(state, request_id, prepared.prompt_ids, prepared.params)
         await gen.start(http)

@@ -282,6 +282,7 @@ class EngineCore:
             num_waiting=sched.waiting + sched.requeued,
             kv_blocks_used=self.blocks.num_used_blocks(),
             kv_blocks_total=self.blocks.num_total_blocks(),
+            kv_block_size=self.blocks.block_size(),
             prefix_cache_queried_tokens=self.blocks.prefix_queried_tokens(),
             prefix_cache_hit_tokens=self.blocks.prefix_hit_tokens(),
             generated_tokens_total=self.generated_tokens_total,

@@ -42,6 +42,7 @@ class EngineStats:
     num_waiting: int = 0
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
+    kv_block_size: int = 0  # tokens per block
     prefix_cache_queried_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
     generated_tokens_total: int = 0

@@ -16,7 +16,7 @@ from met.server.completions import create_completion
 from met.server.errors import APIError, install_error_handlers, invalid
 from met.server.messages.routes import count_tokens, create_message
 from met.server.middleware import AccessMiddleware
-from met.server.protocol import DetokenizeBody, TokenizeBody
+from met.server.protocol import DetokenizeBody, ModelBody, TokenizeBody
 from met.server.responses.routes import create_response, delete_response, get_response
 from met.server.responses.store import ResponseStore
 from met.server.settings import ServerSettings
@@ -44,6 +44,8 @@ def create_app(engine: Any, settings: ServerSettings, state: ServerState | None 
         "/responses": (create_response, ["POST"]),
         "/responses/{response_id}": (get_response, ["GET"]),
         "/requests/{request_id}/cancel": (cancel_request, ["POST"]),
+        "/models/load": (load_model, ["POST"]),
+        "/models/unload": (unload_model, ["POST"]),
     }
     # One path, two handlers: added beside the table, which keys routes by path.
     for prefix in ("/v1", ""):
@@ -71,26 +73,45 @@ def _state(request: Request) -> ServerState:
 async def list_models(request: Request) -> JSONResponse:
     state = _state(request)
     state.require_ready()
-    names = [n for n in state.served_model_names if n != "*"] or [state.served_model_name]
-    models = [
-        {
-            "id": name,
-            "object": "model",
-            "created": _CREATED,
-            "owned_by": "met",
-            "max_model_len": state.engine.max_model_len,
-            **state.chat_setup.describe(),
-        }
-        for name in names
-    ]
+    models = state.router.listing(_CREATED)
+    if not models:  # '*' alone: the model answers to its own name too
+        default = state.default
+        models = [
+            {
+                "id": default.name,
+                "object": "model",
+                "created": _CREATED,
+                "owned_by": "met",
+                "status": {"value": default.status},
+                "max_model_len": default.engine.max_model_len,
+                **default.chat_setup.describe(),
+            }
+        ]
     return JSONResponse({"object": "list", "data": models})
+
+
+async def load_model(request: Request) -> JSONResponse:
+    """llama-server's POST /models/load {"model": name}: load it now (unloading the least
+    recently used beyond --max-loaded-models)."""
+    body = parse_body(await request.body(), ModelBody)
+    model = await _state(request).model_for(body.model, request)
+    return JSONResponse({"success": True, "model": model.name, "status": model.status})
+
+
+async def unload_model(request: Request) -> JSONResponse:
+    """POST /models/unload {"model": name}: unload it once its requests have finished."""
+    body = parse_body(await request.body(), ModelBody)
+    state = _state(request)
+    model = state.router.find(body.model)
+    await state.router.unload(model)
+    return JSONResponse({"success": True, "model": model.name, "status": model.status})
 
 
 async def tokenize(request: Request) -> JSONResponse:
     state = _state(request)
-    engine = state.require_ready()
     body = parse_body(await request.body(), TokenizeBody)
-    state.check_model(body.model)
+    state = await state.model_for(body.model, request)
+    engine = state.engine
     if (body.prompt is None) == (body.messages is None):
         raise invalid("Give exactly one of 'prompt' or 'messages'", param="prompt")
     if body.messages is not None:
@@ -104,9 +125,8 @@ async def tokenize(request: Request) -> JSONResponse:
 
 async def detokenize(request: Request) -> JSONResponse:
     state = _state(request)
-    engine = state.require_ready()
     body = parse_body(await request.body(), DetokenizeBody)
-    state.check_model(body.model)
+    engine = (await state.model_for(body.model, request)).engine
     vocab = engine.tokenizer.vocab_size
     if any(not 0 <= t < vocab for t in body.tokens):
         raise invalid(f"tokens: token ids must be in [0, {vocab})", param="tokens")
@@ -116,7 +136,7 @@ async def detokenize(request: Request) -> JSONResponse:
 async def tokenizer_info(request: Request) -> JSONResponse:
     """vLLM's: the special tokens and the chat template, so that a client (lm-evaluation-harness)
     tokenizes through /tokenize with the served model's own tokenizer."""
-    engine = _state(request).require_ready()
+    engine = (await _state(request).model_for(request.query_params.get("model"), request)).engine
     tok = engine.tokenizer
     return JSONResponse(
         {

@@ -28,15 +28,15 @@ from met.server.chat_request import chat_request, internal_message
 from met.server.errors import invalid
 from met.server.logprobs import TokenText, chat_logprobs, prompt_logprobs_entries
 from met.server.protocol import ChatCompletionBody, ChatMessage, sampling_params
-from met.server.state import ServerState
+from met.server.served_model import ServedModel
 from met.server.streaming import Envelope, sse_response
 
 
 async def create_chat_completion(request: Request) -> Response:
-    state: ServerState = request.app.state.met
-    engine = state.require_ready()
     body = parse_body(await request.body(), ChatCompletionBody)
-    model = state.check_model(body.model)
+    state = await request.app.state.met.model_for(body.model, request)
+    engine = state.engine
+    model = state.answer_name(body.model)
     top = _top_logprobs(body)
     requested = body.max_completion_tokens
     params = sampling_params(body, body.max_tokens if requested is None else requested, top)
@@ -66,7 +66,7 @@ async def create_chat_completion(request: Request) -> Response:
     return JSONResponse(response)
 
 
-def encode_messages(state: ServerState, messages: list[ChatMessage]) -> list[int]:
+def encode_messages(state: ServedModel, messages: list[ChatMessage]) -> list[int]:
     """Token ids of the chat template applied to `messages` (for /tokenize)."""
     if not messages:
         raise invalid("messages: must not be empty", param="messages")

@@ -14,17 +14,16 @@ from met.server.errors import invalid
 from met.server.generation import Generation, fit_max_tokens, public_finish_reason
 from met.server.logprobs import LegacyLogprobs, TokenText, prompt_logprobs_entries
 from met.server.protocol import CompletionBody, sampling_params
-from met.server.state import ServerState
 from met.server.streaming import Envelope, sse_response
 
 _DEFAULT_MAX_TOKENS = 16  # OpenAI's default for the legacy endpoint
 
 
 async def create_completion(request: Request) -> Response:
-    state: ServerState = request.app.state.met
-    engine = state.require_ready()
     body = parse_body(await request.body(), CompletionBody)
-    model = state.check_model(body.model)
+    state = await request.app.state.met.model_for(body.model, request)
+    engine = state.engine
+    model = state.answer_name(body.model)
     _reject_unsupported(body)
     prompt_ids, prompt_text = _prompt(engine, body.prompt)
     requested = _DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens

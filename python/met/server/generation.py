@@ -15,7 +15,7 @@ from met.engine.outputs import CompletionDelta, EngineDeadError, QueueFullError,
 from met.sampling import SamplingParams
 from met.server.errors import APIError, ClientDisconnectedError, from_value_error
 from met.server.metrics import api_label
-from met.server.state import ServerState
+from met.server.served_model import ServedModel
 from met.server.tracking import RequestRecord
 
 log = logging.getLogger("met.server")
@@ -69,7 +69,7 @@ def _shutting_down() -> APIError:
 
 class Generation:
     def __init__(
-        self, state: ServerState, request_id: str, prompt_ids: list[int], params: SamplingParams
+        self, state: ServedModel, request_id: str, prompt_ids: list[int], params: SamplingParams
     ) -> None:
         self.state = state
         self.request_id = request_id

@@ -36,6 +36,7 @@ class Lifecycle:
         self.exit_code = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task | None = None
+        self._idle_task: asyncio.Task | None = None
 
     def start(self) -> None:
         """Call on the running loop, before serving: signal handlers and the loading thread."""
@@ -43,15 +44,22 @@ class Lifecycle:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
         threading.Thread(target=self._load, name="met-load", daemon=True).start()
+        idle = self.state.settings.model_idle_timeout
+        if idle is not None:
+            self._idle_task = asyncio.ensure_future(self._unload_idle(idle))
+
+    async def _unload_idle(self, idle_s: float) -> None:
+        while not self.state.draining:
+            await asyncio.sleep(min(max(idle_s / 4, 0.05), 1.0))
+            await self.state.router.unload_idle(idle_s)
 
     def _load(self) -> None:
         started = time.monotonic()
-        log.info("loading the model (%s)", self.state.settings.engine.model or "default model")
+        log.info("loading the model (%s)", self.state.default.config.model or "default model")
         try:
-            self.state.engine.load()
-        except Exception as e:
+            self.state.default.load_blocking()
+        except Exception:
             log.exception("the model failed to load")
-            self.state.load_error = f"{type(e).__name__}: {e}"
             self.exit_code = 1
             self._call(self._stop_now)
             return
@@ -69,6 +77,13 @@ class Lifecycle:
         if engine.core.split is not None:
             log.info("%s", engine.core.split)
         log.debug("engine: %s", ", ".join(f"{k}={v}" for k, v in engine.info.items()))
+        others = [m.name for m in self.state.router.models[1:]]
+        if others:
+            log.info(
+                "also serving %s: each loads on first use, at most %d at once",
+                ", ".join(f"'{n}'" for n in others),
+                self.state.settings.max_loaded_models,
+            )
         setup = self.state.chat_setup
         log.info(
             "tool calls: %s format (%s); reasoning parser: %s",
@@ -81,15 +96,17 @@ class Lifecycle:
     def _watch_engine(self) -> None:
         # A failed engine (a tensor-parallel worker died, a collective timed out) cannot
         # recover: /health turns 503 and the process exits non-zero for its supervisor.
-        engine = self.state.engine
-        while engine.dead is None:
+        while True:
+            dead = [m for m in self.state.router.loaded() if m.engine.dead is not None]
+            if dead:
+                break
             time.sleep(_WATCH_S)
-        log.error("the engine stopped (%s); exiting", engine.dead)
+        log.error("the engine of '%s' stopped (%s); exiting", dead[0].name, dead[0].engine.dead)
         self.exit_code = 1
-        self._call(self._engine_died)
+        self._call(lambda: self._engine_died(dead[0]))
 
-    def _engine_died(self) -> None:
-        self.state.engine_died(self.state.engine.dead)
+    def _engine_died(self, model) -> None:
+        model.engine_died(model.engine.dead)
         self.server.should_exit = True
 
     def _call(self, callback) -> None:
@@ -128,6 +145,6 @@ class Lifecycle:
         deadline = time.monotonic() + _FLUSH_S
         while state.tracker.active and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if state.engine.ready:
-            await state.engine.shutdown(0.0)
+        for model in state.router.loaded():
+            await model.engine.shutdown(0.0)
         self.server.should_exit = True

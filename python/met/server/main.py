@@ -12,7 +12,7 @@ from met.parallel.launch import launched_rank
 from met.server.app import create_app
 from met.server.lifecycle import Lifecycle, QuietSignalServer
 from met.server.settings import ServerSettings, SettingsError, load_settings
-from met.server.state import LoadProgress, ServerState
+from met.server.state import ServerState
 from met.server.tracking import RecentLogs
 
 _LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -76,14 +76,13 @@ def _configure_logging(level: str) -> RecentLogs:
 
 
 async def _serve(settings: ServerSettings, logs: RecentLogs) -> int:
-    # Imported here so that settings errors and --help do not wait for torch.
-    from met.engine.async_engine import AsyncEngine
-
-    progress = LoadProgress()
-    engine = AsyncEngine(settings.engine, progress=progress)
-    state = ServerState(engine, settings, logs, progress)
+    try:
+        state = ServerState(None, settings, logs)
+    except (ValueError, FileNotFoundError) as e:  # two models of one name, no such folder
+        print(f"met serve: {e}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(
-        create_app(engine, settings, state),
+        create_app(state.engine, settings, state),
         host=settings.host,
         port=settings.port,
         log_config=None,

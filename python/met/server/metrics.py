@@ -61,13 +61,17 @@ def hit_rate(stats: EngineStats) -> float:
 
 
 StatsSource = Callable[[], "tuple[EngineStats | None, bool]"]
+# Per model: (name, state: loaded | loading | unloaded | failed, its stats while loaded).
+ModelsSource = Callable[[], "list[tuple[str, str, EngineStats | None]]"]
+_MODEL_STATES = ("loaded", "loading", "unloaded", "failed")
 
 
 class _EngineCollector(Collector):
     """Gauges of what the engine holds now, read once per scrape (never stale, never pushed)."""
 
-    def __init__(self, source: StatsSource) -> None:
+    def __init__(self, source: StatsSource, models: ModelsSource | None) -> None:
         self.source = source
+        self.models = models
 
     def collect(self) -> Iterator[Metric]:
         stats, ready = self.source()
@@ -92,8 +96,54 @@ class _EngineCollector(Collector):
         )
         for name, help_text, value in gauges:
             yield GaugeMetricFamily(name, help_text, value=value)
+        # What a prefix-aware router (llm-d's scorer) rates over time, as vLLM's counters.
+        yield CounterMetricFamily(
+            "met_prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache.",
+            value=stats.prefix_cache_queried_tokens,
+        )
+        yield CounterMetricFamily(
+            "met_prefix_cache_hits",
+            "Prompt tokens found in the prefix cache.",
+            value=stats.prefix_cache_hit_tokens,
+        )
         if stats.speculation is not None:
             yield from _spec_metrics(stats.speculation)
+        if self.models is not None:
+            yield from _model_metrics(self.models())
+
+
+def _model_metrics(models: list[tuple[str, str, EngineStats | None]]) -> Iterator[Metric]:
+    """Each model's own gauges, labelled by model: the server-wide ones above are their sums."""
+    config = GaugeMetricFamily(
+        "met_cache_config_info",
+        "The KV cache's shape per loaded model (vLLM's cache_config_info, for routers).",
+        labels=("model", "block_size", "num_blocks"),
+    )
+    state = GaugeMetricFamily(
+        "met_model_state", "1 for the state each model is in.", labels=("model", "state")
+    )
+    running = GaugeMetricFamily(
+        "met_model_requests_running", "Sequences being generated.", labels=("model",)
+    )
+    waiting = GaugeMetricFamily(
+        "met_model_requests_waiting", "Sequences waiting to be scheduled.", labels=("model",)
+    )
+    usage = GaugeMetricFamily(
+        "met_model_kv_cache_usage_ratio", "Fraction of KV blocks in use.", labels=("model",)
+    )
+    for name, status, stats in models:
+        for value in _MODEL_STATES:
+            state.add_metric((name, value), int(status == value))
+        if stats is not None and stats.kv_blocks_total:
+            shape = (name, str(stats.kv_block_size), str(stats.kv_blocks_total))
+            config.add_metric(shape, 1)
+        stats = stats or EngineStats()
+        running.add_metric((name,), stats.num_running)
+        waiting.add_metric((name,), stats.num_waiting)
+        total = stats.kv_blocks_total
+        usage.add_metric((name,), stats.kv_blocks_used / total if total else 0.0)
+    yield from (config, state, running, waiting, usage)
 
 
 # Width buckets the gate keeps apart, labelled by the decode widths each covers.
@@ -153,7 +203,9 @@ class ServerMetrics:
     """Everything /metrics exposes, in a registry of its own (so that several apps in one process,
     as in the tests, keep separate counts); updated on the event loop."""
 
-    def __init__(self, source: StatsSource | None = None) -> None:
+    def __init__(
+        self, source: StatsSource | None = None, models: ModelsSource | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
         self.requests = Counter(
@@ -205,7 +257,7 @@ class ServerMetrics:
         PlatformCollector(registry=reg)
         if GC_COLLECTOR is not None:  # None on interpreters without gc.get_stats
             GCCollector(registry=reg)
-        reg.register(_EngineCollector(source or (lambda: (None, False))))
+        reg.register(_EngineCollector(source or (lambda: (None, False)), models))
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition for an Accept header: OpenMetrics when it asks for it, else text 0.0.4."""

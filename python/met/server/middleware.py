@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from met.server.errors import APIError
 from met.server.messages.routes import anthropic_error
 from met.server.metrics import api_label
+from met.server.router import LEASES, ModelRouter
 from met.server.state import ServerState
 
 log = logging.getLogger("met.server")
@@ -62,6 +63,8 @@ class AccessMiddleware:
                 generation.close("error" if code >= 500 else "disconnected")
                 if generation.outcome == "disconnected":
                     code = _CLIENT_CLOSED
+            for model in scope.get("state", {}).get(LEASES, []):
+                ModelRouter.release(model)
             self._account(scope, code, started)
 
     def _refusal(self, scope: Scope) -> APIError | None:

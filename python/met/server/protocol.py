@@ -133,6 +133,10 @@ class TokenizeBody(Body):
     messages: list[ChatMessage] | None = None
 
 
+class ModelBody(Body):
+    model: str
+
+
 class DetokenizeBody(Body):
     model: str | None = None
     tokens: list[int]

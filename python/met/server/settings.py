@@ -63,6 +63,13 @@ class ServerSettings:
     tool_call_parser: str | None = None  # None/"auto": from the chat template
     reasoning_parser: str | None = None  # None/"auto": from the chat template
     max_thinking_tokens: int | None = None  # default thinking budget of a request
+    # Several models behind one port (met.server.router): --model given more than once (the
+    # first is engine.model, these the rest) and a folder of them.
+    more_models: list[str] = field(default_factory=list)
+    models_dir: str | None = None
+    max_loaded_models: int = 4  # llama-server's --models-max default
+    model_idle_timeout: float | None = None  # seconds unused before a model unloads
+    model_load_timeout: float = 600.0  # how long a request waits for its model to load
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,27 @@ _OPTIONS = (
         "model",
         str,
         "GGUF file, Hugging Face folder or user/repo[:QUANT] from the Hugging Face Hub "
-        "(default: the default model)",
+        "(default: the default model); repeat it to serve several models",
         True,
+    ),
+    _Option("models_dir", str, "also serve every GGUF file and HF folder in this folder"),
+    _Option(
+        "max_loaded_models",
+        int,
+        "models loaded at once; the least recently used unloads beyond it (default 4)",
+        minimum=1,
+    ),
+    _Option(
+        "model_idle_timeout",
+        float,
+        "seconds a model may go unused before it unloads (default: never)",
+        minimum=0,
+    ),
+    _Option(
+        "model_load_timeout",
+        float,
+        "seconds a request waits for its model to load before a 503 (default 600)",
+        minimum=0,
     ),
     _Option(
         "served_model_name",
@@ -183,6 +209,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + opt.name.replace("_", "-")
         if opt.kind is bool:
             parser.add_argument(flag, action="store_const", const=True, default=None, help=opt.help)
+        elif opt.name == "model":
+            parser.add_argument(flag, action="append", default=None, metavar="MODEL", help=opt.help)
         elif opt.kind is list:
             parser.add_argument(flag, nargs="+", default=None, metavar="NAME", help=opt.help)
         else:
@@ -205,6 +233,9 @@ def resolve_settings(namespace: argparse.Namespace, env: Mapping[str, str]) -> S
     layers = [file_values, _read_env(env), _read_flags(namespace)]
     settings = ServerSettings(config=config_path)
     for layer in layers:
+        more = _split_models(layer)
+        if more is not None:
+            settings.more_models = more
         for name, value in layer.items():
             _check(_BY_NAME[name], value)
             target = settings.engine if _BY_NAME[name].on_engine else settings
@@ -218,6 +249,18 @@ def resolve_settings(namespace: argparse.Namespace, env: Mapping[str, str]) -> S
 def _read_flags(namespace: argparse.Namespace) -> dict[str, Any]:
     values = {opt.name: getattr(namespace, opt.name, None) for opt in _OPTIONS}
     return {name: value for name, value in values.items() if value is not None}
+
+
+def _split_models(layer: dict[str, Any]) -> list[str] | None:
+    """A layer's --model values (repeatable on the command line, a list in the file): the first
+    stays `model`, the rest are returned."""
+    models = layer.get("model")
+    if not isinstance(models, list):
+        return None
+    if not models or not all(isinstance(m, str) for m in models):
+        raise SettingsError(f"model: expected a path or a list of paths, got {models!r}")
+    layer["model"] = models[0]
+    return models[1:]
 
 
 def _read_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -258,6 +301,9 @@ def _read_file(path: str) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name not in _BY_NAME:
             raise SettingsError(f"{path}: unknown setting {key!r}")
+        if name == "model" and isinstance(value, list):
+            values[name] = value  # several models: checked by _split_models
+            continue
         values[name] = _coerce_file_value(_BY_NAME[name], value, f"{path}: {key}")
     return values
 

@@ -1,4 +1,5 @@
-"""The server's shared state: the engine, readiness, draining, metrics, request records, logs."""
+"""The server's shared state: its models (met.server.router), readiness, draining, metrics,
+request records, logs."""
 
 from __future__ import annotations
 
@@ -6,128 +7,136 @@ import logging
 import time
 from typing import Any
 
-from met.chat.setup import ChatSetup, resolve_setup
+from starlette.requests import Request
+
+from met.config import EngineConfig
+from met.engine.outputs import EngineStats
 from met.server.errors import APIError
 from met.server.metrics import ServerMetrics, hit_rate
+from met.server.router import ModelRouter
+from met.server.served_model import LoadProgress, ServedModel
 from met.server.settings import ServerSettings
 from met.server.tracking import RecentLogs, RequestTracker
 
 log = logging.getLogger("met.server")
 
+_SUMMED = (
+    "num_running",
+    "num_waiting",
+    "kv_blocks_used",
+    "kv_blocks_total",
+    "prefix_cache_queried_tokens",
+    "prefix_cache_hit_tokens",
+    "generated_tokens_total",
+)
 
-class LoadProgress:
-    """Fed by the engine's progress callback (stage, done, total) from the loading thread."""
 
-    def __init__(self) -> None:
-        self.stage = "starting"
-        self.done = 0
-        self.total = 0
+def _async_engine(config: EngineConfig, progress: LoadProgress) -> Any:
+    from met.engine.async_engine import AsyncEngine  # torch, only once a model loads
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        self.stage, self.done, self.total = stage, done, total
-
-    def view(self) -> dict[str, Any]:
-        # The engine reports load steps, not bytes, so there are no bytes_* fields to show.
-        return {"stage": self.stage, "done": self.done, "total": self.total}
+    return AsyncEngine(config, progress=progress)
 
 
 class ServerState:
+    """Server-wide state. `engine`, `chat_setup`, `require_ready` and the names are the first
+    (default) model's; a request gets its own model's through `model_for`."""
+
     def __init__(
         self,
         engine: Any,
         settings: ServerSettings,
         logs: RecentLogs | None = None,
         progress: LoadProgress | None = None,
+        make_engine=_async_engine,
     ) -> None:
-        self.engine = engine
         self.settings = settings
-        self.metrics = ServerMetrics(self._engine_stats)
+        self.metrics = ServerMetrics(self._engine_stats, self._model_stats)
         self.tracker = RequestTracker()
         self.logs = logs or RecentLogs()
-        self.progress = progress or LoadProgress()
         self.started_at = time.monotonic()
         self.draining = False
-        self.load_error: str | None = None
-        self.engine_dead = False
         self.generations: set[Any] = set()  # the in-flight Generation objects
-        self._chat_setup: ChatSetup | None = None
+        self.router = ModelRouter(self, make_engine, engine, progress)
 
-    def _engine_stats(self) -> tuple[Any, bool]:
+    @property
+    def default(self) -> ServedModel:
+        return self.router.default
+
+    @property
+    def engine(self) -> Any:
+        return self.default.engine
+
+    @property
+    def progress(self) -> LoadProgress:
+        return self.default.progress
+
+    @property
+    def load_error(self) -> str | None:
+        return self.default.load_error
+
+    @property
+    def engine_dead(self) -> bool:
+        return any(m.engine_dead for m in self.router.models)
+
+    def _engine_stats(self) -> tuple[EngineStats | None, bool]:
+        """The loaded models' stats summed (a replica's load, as a router reads it); the first
+        model's speculation."""
         ready = self.ready
-        return (self.engine.stats() if ready else None), ready
+        loaded = [m.engine.stats() for m in self.router.loaded() if m.ready]
+        if not ready or not loaded:
+            return None, ready
+        total = EngineStats(speculation=loaded[0].speculation if self.default.ready else None)
+        for stats in loaded:
+            for name in _SUMMED:
+                setattr(total, name, getattr(total, name) + getattr(stats, name))
+        return total, ready
+
+    def _model_stats(self) -> list[tuple[str, str, EngineStats | None]]:
+        out = []
+        for m in self.router.models:
+            if m.given_names or m.ready:
+                out.append((m.name, m.status, m.engine.stats() if m.ready else None))
+        return out
 
     @property
     def ready(self) -> bool:
-        return bool(self.engine.ready) and self.load_error is None and not self.engine_dead
+        """Serving: the first model loaded at startup (it may since have been unloaded: a
+        request reloads it) and no engine failed."""
+        return self.default.loaded_once and not self.engine_dead
 
     @property
     def served_model_names(self) -> list[str]:
-        return list(self.settings.served_model_name or [self.engine.model_name])
+        return self.default.names
 
     @property
     def served_model_name(self) -> str:
-        """The name answers carry by default: the first served name that is not '*'."""
-        names = [n for n in self.served_model_names if n != "*"]
-        return names[0] if names else self.engine.model_name
+        return self.default.name
 
     @property
-    def chat_setup(self) -> ChatSetup:
-        """The tool-call format and reasoning parser of the loaded model (decided once)."""
-        if self._chat_setup is None:
-            self._chat_setup = resolve_setup(
-                self.engine.tokenizer.chat_template,
-                self.settings.tool_call_parser,
-                self.settings.reasoning_parser,
-            )
-        return self._chat_setup
+    def chat_setup(self):
+        return self.default.chat_setup
 
-    def require_ready(self) -> Any:
-        """The engine, or a 503 while the model loads or the server drains."""
-        if self.draining:
-            raise APIError(503, "The server is shutting down", code="shutting_down")
-        if self.engine_dead:
-            raise APIError(
-                503, "The engine stopped; the server must be restarted", code="engine_dead"
-            )
-        if self.load_error is not None:
-            raise APIError(503, f"The model failed to load: {self.load_error}", code="load_failed")
-        if not self.engine.ready:
-            raise APIError(
-                503,
-                "The model is still loading",
-                code="model_loading",
-                headers={"Retry-After": "5"},
-            )
-        return self.engine
+    def require_ready(self) -> None:
+        """A 503 while the server starts, drains or has lost an engine."""
+        if self.draining or self.engine_dead or not self.ready:
+            failed = next((m for m in self.router.models if m.engine_dead), self.default)
+            failed.require_ready()
+            raise APIError(503, "The model is still loading", code="model_loading")
 
     def engine_died(self, error: Exception) -> APIError:
-        """Note that the engine thread failed (its traceback is in the log); the client's 500."""
-        if not self.engine_dead:
-            log.error("the engine stopped: %s", error)
-        self.engine_dead = True
-        return APIError(500, "The engine stopped; see the server log", code="engine_dead")
+        return self.default.engine_died(error)
 
-    def check_model(self, requested: str | None) -> str:
-        """The name to answer with; a name this server does not serve is a 404."""
-        names = set(self.served_model_names)
-        if requested is None or requested == self.engine.model_name:
-            return self.served_model_name
-        if requested in names or "*" in names:
-            return requested
-        raise APIError(
-            404,
-            f"The model '{requested}' does not exist; this server serves "
-            + ", ".join(f"'{n}'" for n in self.served_model_names),
-            param="model",
-            code="model_not_found",
-        )
+    async def model_for(self, requested: str | None, request: Request | None) -> ServedModel:
+        """The model a request names, loaded and leased to it; 404 for an unknown name, 503
+        while the server drains or the model cannot load in time."""
+        return await self.router.acquire(requested, request)
 
     def address(self) -> str:
         return f"http://{self.settings.host}:{self.settings.port}"
 
     def status(self) -> dict[str, Any]:
         ready = self.ready
-        stats = self.engine.stats() if ready else None
+        stats = self._engine_stats()[0]  # the loaded models' sums
         return {
             "model": self.served_model_name
             if ready
@@ -137,7 +146,8 @@ class ServerState:
             "loading": None if ready else self.progress.view(),
             "load_error": self.load_error,
             "engine_dead": self.engine_dead,
-            "info": self.engine.info if ready else {},
+            "info": self.engine.info if self.default.ready else {},
+            "models": [m.view() for m in self.router.models],
             "address": self.address(),
             "uptime_s": round(time.monotonic() - self.started_at, 3),
             "stats": {

@@ -41,7 +41,18 @@ def startup_text(status: dict[str, Any] | None, url: str, note: str = "") -> str
         f"dtype {info.get('dtype', '?')}  device {info.get('device', '?')}  "
         f"KV {kv_total} blocks × {block} tokens  max seqs {info.get('max_num_seqs', '?')}  "
         f"at {status.get('address') or url}"
-    )
+    ) + _models_line(status.get("models") or [])
+
+
+def _models_line(models: list[dict[str, Any]]) -> str:
+    """With several models: each one's state, and its requests while it has some."""
+    if len(models) < 2:
+        return ""
+    cells = []
+    for model in models:
+        busy = f" ({model['in_flight']} requests)" if model.get("in_flight") else ""
+        cells.append(f"{escape(str(model.get('name') or '?'))} {model.get('state', '?')}{busy}")
+    return "\nmodels: " + ", ".join(cells)
 
 
 def _loading_progress(loading: Any) -> str:

@@ -18,7 +18,6 @@ from met.server.event_stream import result_events, stream_response
 from met.server.messages.convert import sampling_params, to_chat_request
 from met.server.messages.protocol import CountTokensBody, MessagesBody
 from met.server.messages.render import MessageRenderer, error_status_and_body, frame
-from met.server.state import ServerState
 
 log = logging.getLogger("met.server")
 
@@ -54,10 +53,9 @@ def _anthropic_shaped(handler: Handler) -> Handler:
 
 @_anthropic_shaped
 async def create_message(request: Request) -> Response:
-    state: ServerState = request.app.state.met
-    state.require_ready()
     body = parse_body(await request.body(), MessagesBody)
-    model = state.check_model(body.model)
+    state = await request.app.state.met.model_for(body.model, request)
+    model = state.answer_name(body.model)
     prepared = prepare(state, to_chat_request(body, sampling_params(body)))
     message_id = f"msg_{uuid.uuid4().hex}"
     run = await ChatRun.start(state, prepared, message_id, request)
@@ -78,10 +76,8 @@ async def create_message(request: Request) -> Response:
 
 @_anthropic_shaped
 async def count_tokens(request: Request) -> Response:
-    state: ServerState = request.app.state.met
-    state.require_ready()
     body = parse_body(await request.body(), CountTokensBody)
-    state.check_model(body.model)
+    state = await request.app.state.met.model_for(body.model, request)
     # The same conversion and rendering as /v1/messages, so the count is that prompt's length.
     prepared = prepare(state, to_chat_request(body, SamplingParams(max_tokens=1)))
     return JSONResponse({"input_tokens": len(prepared.prompt_ids)})

@@ -18,7 +18,6 @@ from met.server.responses.convert import Converted, input_messages, to_chat_requ
 from met.server.responses.protocol import Item, ResponsesBody
 from met.server.responses.render import ResponseRenderer, new_id
 from met.server.responses.store import ResponseStore
-from met.server.state import ServerState
 
 
 def _store(request: Request) -> ResponseStore:
@@ -26,10 +25,9 @@ def _store(request: Request) -> ResponseStore:
 
 
 async def create_response(request: Request) -> Response:
-    state: ServerState = request.app.state.met
-    state.require_ready()
     body = parse_body(await request.body(), ResponsesBody)
-    model = state.check_model(body.model)
+    state = await request.app.state.met.model_for(body.model, request)
+    model = state.answer_name(body.model)
     converted = to_chat_request(body, _previous(request, body.previous_response_id))
     renderer = ResponseRenderer(_envelope(body, model), converted.names)
     try:
