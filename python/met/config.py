@@ -42,3 +42,6 @@ class EngineConfig:
     # | ngram-forced (always, for measurement) | off.
     speculative: str = "ngram"
     num_speculative_tokens: int = 4  # draft tokens per verify row at most
+    # Embeddings and rerank (met.engine.pooling): None takes the pooling the model file names
+    # (an embedding model's); mean | cls | last | rank ask for it on any model, none refuses.
+    pooling: str | None = None

@@ -218,12 +218,7 @@ class Tokenizer:
             token_id = field_value(reader, f"tokenizer.ggml.{key}")
             return None if token_id is None else tokens[token_id]
 
-        bos = field_value(reader, "tokenizer.ggml.bos_token_id")
-        if bos is not None and field_value(reader, "tokenizer.ggml.add_bos_token", False):
-            # encode(add_special=True) then prepends BOS, as llama.cpp does for such models.
-            backend.post_processor = processors.TemplateProcessing(
-                single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
-            )
+        _add_bos_eos(backend, reader, tokens)
         return cls(
             backend,
             table,
@@ -289,6 +284,24 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         """Whatever is still held back (an unfinished character becomes U+FFFD)."""
         return self._utf8.decode(b"", final=True)
+
+
+def _add_bos_eos(backend: HfTokenizer, reader: Any, tokens: list[str]) -> None:
+    """encode(add_special=True) prepends BOS and appends EOS where the file says so, as llama.cpp
+    does (an embedding model pooling the last token is converted with add_eos_token)."""
+    from met.gguf_loader import field_value
+
+    ends = []
+    for end in ("bos", "eos"):
+        token_id = field_value(reader, f"tokenizer.ggml.{end}_token_id")
+        if token_id is not None and field_value(reader, f"tokenizer.ggml.add_{end}_token", False):
+            ends.append((end, tokens[token_id], token_id))
+    if not ends:
+        return
+    names = {end: text for end, text, _ in ends}
+    single = " ".join(filter(None, [names.get("bos"), "$A", names.get("eos")]))
+    special = [(text, token_id) for _, text, token_id in ends]
+    backend.post_processor = processors.TemplateProcessing(single=single, special_tokens=special)
 
 
 def _wedge(match: re.Match[str], marker: str) -> str:

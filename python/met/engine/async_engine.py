@@ -93,6 +93,11 @@ class AsyncEngine:
         return self.core.model_name
 
     @property
+    def vocab_size(self) -> int:
+        """The model's vocabulary: the token ids its embedding has rows for."""
+        return self.core.model_config.vocab
+
+    @property
     def max_model_len(self) -> int:
         return self.core.max_model_len
 
@@ -144,6 +149,25 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         self._send(("abort", request_id))
+
+    @property
+    def pooling(self) -> str | None:
+        """How the model pools prompts for embeddings (or "rank"); None: it does not."""
+        pooler = self.core.pooler
+        return None if pooler is None else pooler.pooling
+
+    async def pool(self, kind: str, prompts: list[list[int]], *extra: int) -> list:
+        """Embeddings ("embed") or rerank scores ("score", extra: the yes and no token ids) of
+        `prompts`, computed by the engine thread between scheduler steps; ValueError for inputs
+        the KV pool cannot hold now."""
+        if self._dead is not None:
+            raise EngineDeadError(f"the engine stopped: {self._dead}")
+        if not self._accepting:
+            raise QueueFullError("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._send(("pool", kind, prompts, extra, loop, future))
+        return await future
 
     def stats(self) -> EngineStats:
         return self._stats
@@ -200,7 +224,9 @@ class AsyncEngine:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if command[0] == "add":
+            if command[0] == "pool":
+                self._pool(*command[1:])
+            elif command[0] == "add":
                 _, request_id, tokens, params, timeout_s = command
                 try:
                     self.core.add_request(request_id, tokens, params, timeout_s)
@@ -209,6 +235,18 @@ class AsyncEngine:
             else:
                 self.core.abort(command[1])
                 self._publish(command[1], _aborted(command[1]))
+
+    def _pool(self, kind, prompts, extra, loop, future) -> None:
+        pooler = self.core.pooler
+        try:
+            result = (pooler.embed if kind == "embed" else pooler.score)(prompts, *extra)
+        except ValueError as exc:
+            result = exc
+        except Exception as exc:  # the pooled blocks were released; the engine goes on
+            log.exception("pooling failed")
+            result = exc
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, result)
 
     def _deliver(self, delta: CompletionDelta) -> None:
         if delta.finished:
@@ -232,6 +270,15 @@ def _post(subscriber: _Subscriber, item) -> None:
     """Hands an item to the caller's event loop; a loop that has closed has no reader left."""
     with contextlib.suppress(RuntimeError):
         subscriber.loop.call_soon_threadsafe(subscriber.queue.put_nowait, item)
+
+
+def _settle(future: asyncio.Future, result) -> None:
+    if future.done():  # the caller went away
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 def _aborted(request_id: str) -> CompletionDelta:

@@ -163,8 +163,10 @@ class LlamaModel:
         seq_lens: IntArray,
         cu_seqlens: IntArray,
         logits_rows: IntArray,
+        hidden: bool = False,
     ) -> Tensor:
-        """Float32 logits [len(logits_rows), vocab] for the chosen packed positions.
+        """Float32 logits [len(logits_rows), vocab] for the chosen packed positions (hidden:
+        their final-normed hidden states [len(logits_rows), hidden] instead, for pooling).
 
         input_ids, positions, slot_mapping: [T], one entry per packed token, row after row.
         block_tables: [B, max_blocks] (padding: any value). seq_lens: [B], each row's context
@@ -193,12 +195,18 @@ class LlamaModel:
             rope = tables[spec.rope]
             x = self._layer(x, layer, kv, slots, rope, temperature, plans[spec.window])
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
-        logits = linear(self._norm(x[rows], self.norm), self.lm_head).float()
-        if c.final_softcap:
-            logits = torch.tanh(logits / c.final_softcap) * c.final_softcap
-        return logits
+        normed = self._norm(x[rows], self.norm)
+        return normed.float() if hidden else self.head(normed)
 
     __call__ = forward
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """Float32 logits of final-normed hidden states (forward's `hidden` output)."""
+        logits = linear(hidden.to(self.dtype), self.lm_head).float()
+        if self.config.final_softcap:
+            cap = self.config.final_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def _temperature(self, pos: Tensor) -> Tensor | None:
         """Each token's query scale [T, 1, 1] under query temperature (Ministral 3), else None."""

@@ -13,6 +13,7 @@ from met.server.body import parse_body
 from met.server.cancel import cancel_request
 from met.server.chat import create_chat_completion, encode_messages
 from met.server.completions import create_completion
+from met.server.embeddings import create_embeddings, create_rerank
 from met.server.errors import APIError, install_error_handlers, invalid
 from met.server.messages.routes import count_tokens, create_message
 from met.server.middleware import AccessMiddleware
@@ -44,6 +45,8 @@ def create_app(engine: Any, settings: ServerSettings, state: ServerState | None 
         "/responses": (create_response, ["POST"]),
         "/responses/{response_id}": (get_response, ["GET"]),
         "/requests/{request_id}/cancel": (cancel_request, ["POST"]),
+        "/embeddings": (create_embeddings, ["POST"]),
+        "/rerank": (create_rerank, ["POST"]),
         "/models/load": (load_model, ["POST"]),
         "/models/unload": (unload_model, ["POST"]),
     }

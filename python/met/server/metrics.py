@@ -32,6 +32,8 @@ _APIS = {
     "/messages/count_tokens": "count_tokens",
     "/responses": "responses",
     "/models": "models",
+    "/embeddings": "embeddings",
+    "/rerank": "rerank",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/version": "version",

@@ -34,6 +34,7 @@ TOOL_CALL_PARSERS = (  # met.chat.setup.TOOL_FORMATS, with auto and none
 )
 REASONING_PARSERS = ("auto", "none", "qwen3", "deepseek_r1")  # met.chat.setup.REASONING_PARSERS
 SPECULATIVE = ("off", "ngram", "ngram-forced")  # met.engine.core.SPECULATIVE
+POOLINGS = ("none", "mean", "cls", "last", "rank")  # met.engine.pooling.POOLINGS
 WEIGHT_FORMATS = (
     "auto",
     "dequantized",
@@ -191,6 +192,14 @@ _OPTIONS = (
     ),
     _Option(
         "num_speculative_tokens", int, "draft tokens verified per step at most", True, minimum=1
+    ),
+    _Option(
+        "pooling",
+        str,
+        "embeddings (/v1/embeddings): mean, cls or last; rank: a yes/no reranker (/v1/rerank); "
+        "none: neither (default: what the model file says)",
+        True,
+        choices=POOLINGS,
     ),
     _Option("log_level", str, "log verbosity", choices=LOG_LEVELS),
     _Option("no_tui", bool, "plain log lines instead of the terminal dashboard"),
