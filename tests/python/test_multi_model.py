@@ -85,6 +85,8 @@ def test_least_recently_used_unloads_and_reloads_the_same(two_models):
         assert _model_states(server) == {"tiny-gguf": "unloaded", "tiny-hf": "loaded"}
         assert _greedy(client, "tiny-gguf") == first
         assert _model_states(server) == {"tiny-gguf": "loaded", "tiny-hf": "unloaded"}
+        status = server.http().get("/status").json()
+        assert status["engine_threads"] == 1 and status["stats"]["kv_blocks_used"] == 0
         assert _greedy(client, "tiny-hf") == other
         unload = server.http().post("/models/unload", json={"model": "tiny-hf"})
         assert unload.status_code == 200 and unload.json()["status"] == "unloaded"

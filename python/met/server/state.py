@@ -4,6 +4,7 @@ request records, logs."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -148,6 +149,8 @@ class ServerState:
             "engine_dead": self.engine_dead,
             "info": self.engine.info if self.default.ready else {},
             "models": [m.view() for m in self.router.models],
+            # One per loaded model: an unloaded model's thread has been joined.
+            "engine_threads": sum(t.name == "met-engine" for t in threading.enumerate()),
             "address": self.address(),
             "uptime_s": round(time.monotonic() - self.started_at, 3),
             "stats": {
