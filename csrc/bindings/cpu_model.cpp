@@ -1,6 +1,7 @@
-// Binds the CPU model as _core.cpu.LlamaForward plus its elementwise kernels (rms_norm, rope,
-// silu_mul), all over raw addresses: python/met/model/cpu_llama.py owns the tensors, checks
-// their dtypes and keeps them alive as long as the LlamaForward that points into them.
+// Binds the CPU model as _core.cpu.LlamaForward (built from the typed LlamaDims and LlamaWeights
+// of cpu_weights.cpp) plus its elementwise kernels (rms_norm, rope, silu_mul) over raw addresses:
+// python/met/model/cpu_llama.py owns the tensors, checks their dtypes and keeps them alive as
+// long as the LlamaForward that points into them.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -9,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "bindings/cpu_common.h"
 #include "cpu/llama_forward.h"
 #include "cpu/ops.h"
 
@@ -24,99 +24,11 @@ T* ptr(uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-// (address, qtype, n, k); qtype "F32" marks a dense embedding (only the embedding may be one).
-cpu::QuantWeight parse_weight(const py::tuple& spec) {
-  if (spec.size() != 4) throw py::value_error("a weight is (address, qtype, n, k)");
-  cpu::QuantWeight w;
-  w.data = ptr<const uint8_t>(spec[0].cast<uintptr_t>());
-  w.q = parse_qtype(spec[1].cast<std::string>());
-  w.n = spec[2].cast<int64_t>();
-  w.k = spec[3].cast<int64_t>();
-  return w;
-}
-
-cpu::LayerWeights parse_layer(const py::dict& d) {
-  cpu::LayerWeights l;
-  l.attn_norm = ptr<const float>(d["attn_norm"].cast<uintptr_t>());
-  l.wqkv = parse_weight(d["wqkv"]);
-  l.bqkv = ptr<const float>(d["bqkv"].cast<uintptr_t>());
-  if (d.contains("q_norm")) l.q_norm = ptr<const float>(d["q_norm"].cast<uintptr_t>());
-  if (d.contains("k_norm")) l.k_norm = ptr<const float>(d["k_norm"].cast<uintptr_t>());
-  l.wo = parse_weight(d["wo"]);
-  l.mlp_norm = ptr<const float>(d["mlp_norm"].cast<uintptr_t>());
-  auto optional = [&d](const char* key) {
-    return d.contains(key) ? ptr<const float>(d[key].cast<uintptr_t>()) : nullptr;
-  };
-  l.post_attn_norm = optional("post_attn_norm");
-  l.post_mlp_norm = optional("post_mlp_norm");
-  l.rope_cos = optional("rope_cos");
-  l.rope_sin = optional("rope_sin");
-  if (d.contains("window")) l.window = d["window"].cast<int64_t>();
-  l.qk_norm_full = d.contains("qk_norm_full") && d["qk_norm_full"].cast<bool>();
-  l.no_rope = d.contains("no_rope") && d["no_rope"].cast<bool>();
-  if (d.contains("router")) {  // a MoE layer: [(gate_up, down)] per expert
-    l.router = ptr<const float>(d["router"].cast<uintptr_t>());
-    for (const py::handle expert : d["experts"].cast<py::list>()) {
-      const auto pair = expert.cast<py::tuple>();
-      l.expert_gate_up.push_back(parse_weight(pair[0]));
-      l.expert_down.push_back(parse_weight(pair[1]));
-    }
-    return l;
-  }
-  l.w_gate_up = parse_weight(d["w_gate_up"]);
-  l.w_down = parse_weight(d["w_down"]);
-  return l;
-}
-
-cpu::LlamaDims parse_dims(const py::dict& d) {
-  cpu::LlamaDims dims;
-  dims.dim = d["dim"].cast<int64_t>();
-  dims.n_layers = d["n_layers"].cast<int64_t>();
-  dims.n_heads = d["n_heads"].cast<int64_t>();
-  dims.n_kv_heads = d["n_kv_heads"].cast<int64_t>();
-  dims.head_dim = d["head_dim"].cast<int64_t>();
-  dims.ffn = d["ffn"].cast<int64_t>();
-  dims.vocab = d["vocab"].cast<int64_t>();
-  dims.norm_eps = d["norm_eps"].cast<float>();
-  dims.max_positions = d["max_positions"].cast<int64_t>();
-  dims.num_blocks = d["num_blocks"].cast<int64_t>();
-  dims.block_size = d["block_size"].cast<int64_t>();
-  dims.kv_half = d.contains("kv_half") && d["kv_half"].cast<bool>();
-  if (d.contains("n_experts")) {
-    dims.n_experts = d["n_experts"].cast<int64_t>();
-    dims.n_experts_used = d["n_experts_used"].cast<int64_t>();
-    dims.moe_norm_topk = d["moe_norm_topk"].cast<bool>();
-  }
-  if (d.contains("attn_scale")) dims.attn_scale = d["attn_scale"].cast<float>();
-  if (d.contains("attn_softcap")) dims.attn_softcap = d["attn_softcap"].cast<float>();
-  if (d.contains("final_softcap")) dims.final_softcap = d["final_softcap"].cast<float>();
-  if (d.contains("embed_scale")) dims.embed_scale = d["embed_scale"].cast<float>();
-  dims.gelu = d.contains("gelu") && d["gelu"].cast<bool>();
-  if (d.contains("attn_temp_scale")) {
-    dims.attn_temp_scale = d["attn_temp_scale"].cast<double>();
-    dims.attn_temp_length = d["attn_temp_length"].cast<int64_t>();
-  }
-  return dims;
-}
-
-std::unique_ptr<cpu::LlamaForward> make_forward(const py::dict& dims, const py::tuple& embed,
-                                                const py::tuple& lm_head, uintptr_t norm,
-                                                const py::list& layers, uintptr_t rope_cos,
-                                                uintptr_t rope_sin, uintptr_t k_cache,
+std::unique_ptr<cpu::LlamaForward> make_forward(const cpu::LlamaDims& dims,
+                                                const cpu::LlamaWeights& weights, uintptr_t k_cache,
                                                 uintptr_t v_cache, int n_threads) {
-  cpu::LlamaWeights w;
-  if (embed[1].cast<std::string>() == "F32") {
-    w.embed_dense = ptr<const float>(embed[0].cast<uintptr_t>());
-  } else {
-    w.embed = parse_weight(embed);
-  }
-  w.lm_head = parse_weight(lm_head);
-  w.norm = ptr<const float>(norm);
-  for (const py::handle layer : layers) w.layers.push_back(parse_layer(layer.cast<py::dict>()));
-  w.rope_cos = ptr<const float>(rope_cos);
-  w.rope_sin = ptr<const float>(rope_sin);
   try {
-    return std::make_unique<cpu::LlamaForward>(parse_dims(dims), std::move(w), ptr<void>(k_cache),
+    return std::make_unique<cpu::LlamaForward>(dims, weights, ptr<void>(k_cache),
                                                ptr<void>(v_cache), n_threads);
   } catch (const std::invalid_argument& e) {
     throw py::value_error(e.what());
@@ -184,9 +96,8 @@ void bind_cpu_model(py::module_& m) {
   auto cpu = m.attr("cpu").cast<py::module_>();
   py::class_<cpu::LlamaForward>(cpu, "LlamaForward",
                                 "a whole packed forward of a Llama-style model on GGUF blocks")
-      .def(py::init(&make_forward), py::arg("dims"), py::arg("embed"), py::arg("lm_head"),
-           py::arg("norm"), py::arg("layers"), py::arg("rope_cos"), py::arg("rope_sin"),
-           py::arg("k_cache"), py::arg("v_cache"), py::arg("n_threads") = 0)
+      .def(py::init(&make_forward), py::arg("dims"), py::arg("weights"), py::arg("k_cache"),
+           py::arg("v_cache"), py::arg("n_threads") = 0)
       .def("forward", &run_forward, py::arg("ids"), py::arg("n_rows"), py::arg("cu_seqlens"),
            py::arg("seq_lens"), py::arg("block_tables"), py::arg("table_stride"),
            py::arg("logits_rows"), py::arg("n_logits"), py::arg("logits"),

@@ -11,6 +11,7 @@ void bind_testing(py::module_& m);
 void bind_block_manager(py::module_& m);
 void bind_cuda(py::module_& m);
 void bind_cpu_kernels(py::module_& m);
+void bind_cpu_weights(py::module_& m);
 void bind_cpu_model(py::module_& m);
 }  // namespace met::bindings
 
@@ -23,5 +24,6 @@ PYBIND11_MODULE(_core, m) {
   met::bindings::bind_block_manager(m);
   met::bindings::bind_cuda(m);
   met::bindings::bind_cpu_kernels(m);
-  met::bindings::bind_cpu_model(m);  // adds to the cpu submodule
+  met::bindings::bind_cpu_weights(m);  // adds to the cpu submodule
+  met::bindings::bind_cpu_model(m);
 }

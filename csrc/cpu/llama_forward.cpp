@@ -52,13 +52,14 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   require(d.attn_temp_scale == 0.0 || d.attn_temp_length > 0,
           "query temperature needs a positive length");
   for (const LayerWeights& l : w_.layers) {
+    require(l.mixer == Mixer::kAttention, "recurrent layers are not implemented here");
     require((l.attn_norm != nullptr) == (l.mlp_norm != nullptr), "one pre-norm weight is null");
     require(l.attn_norm != nullptr || (l.post_attn_norm && l.post_mlp_norm),
             "a layer without pre-norms needs post norms");
     require(l.window >= 0, "a layer's window must be >= 0");
     check_weight(l.wqkv, qkv_width_, d.dim, "wqkv");
     check_weight(l.wo, d.dim, q_width, "wo");
-    if (d.n_experts > 0) {
+    if (l.mlp == Mlp::kMoe) {
       check_experts(l);
       continue;
     }
@@ -165,10 +166,13 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
     for (int64_t layer = 0; layer < dims_.n_layers; ++layer) {
       const LayerWeights& w = w_.layers[static_cast<size_t>(layer)];
       attention_block(w, batch, layer, n_tokens);
-      if (dims_.n_experts > 0) {
-        moe_block(w, n_tokens);
-      } else {
-        mlp_block(w, n_tokens);
+      switch (w.mlp) {
+        case Mlp::kMoe:
+          moe_block(w, n_tokens);
+          break;
+        case Mlp::kDense:
+          mlp_block(w, n_tokens);
+          break;
       }
     }
     head(batch, logits);

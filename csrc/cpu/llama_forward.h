@@ -3,7 +3,8 @@
 //   mixture-of-experts MLP) on the CPU with the linear weights kept in GGUF blocks: the
 //   whole layer loop runs in C++ inside one OpenMP team, so a decode step costs no per-op trip
 //   through Python.
-// Called by: csrc/bindings/cpu_forward.cpp (python/met/model/cpu_llama.py), tests/cpp.
+// Called by: csrc/bindings/cpu_model.cpp and cpu_weights.cpp (python/met/model/cpu_llama.py),
+//   tests/cpp.
 // Invariants: every stage is per token (RMSNorm, RoPE, SiLU, the activation quantization, the
 //   quantized matmul's rows, paged attention's per-query order), so a token's logits are bitwise
 //   the same whatever else is in the batch, whichever chunk of its prompt it came in and however
@@ -28,7 +29,14 @@ struct QuantWeight {
   int64_t k = 0;  // input features
 };
 
+// What a layer's token mixer and MLP are (python/met/model/families/spec.py's LayerSpec); the
+// forward runs each layer by these, so a stack may mix kinds.
+enum class Mixer : uint8_t { kAttention, kRecurrent };  // recurrent: refused until implemented
+enum class Mlp : uint8_t { kDense, kMoe };
+
 struct LayerWeights {
+  Mixer mixer = Mixer::kAttention;
+  Mlp mlp = Mlp::kDense;
   // The pre-norms of attention and MLP; both null in a layer without them (OLMo 2, whose
   // sublayers read the residual stream as is and have post norms instead).
   const float* attn_norm = nullptr;
@@ -45,7 +53,8 @@ struct LayerWeights {
   const float* mlp_norm = nullptr;
   QuantWeight w_gate_up;  // gate rows, then up rows
   QuantWeight w_down;
-  // A mixture-of-experts MLP (LlamaDims::n_experts > 0) instead of w_gate_up / w_down: the
+  // A mixture-of-experts MLP (mlp kMoe, LlamaDims::n_experts of them) instead of w_gate_up /
+  // w_down: the
   // float32 router [n_experts, dim] and each expert's gate/up [2 * ffn, dim] and down [dim, ffn].
   const float* router = nullptr;
   std::vector<QuantWeight> expert_gate_up;
@@ -76,8 +85,8 @@ struct LlamaDims {
   int64_t num_blocks = 0;     // KV pool
   int64_t block_size = 0;
   bool kv_half = false;  // the pool holds fp16 K/V (llama.cpp's default: half the memory)
-  // Mixture of experts: each token's top n_experts_used of the router's softmax, their weights
-  // divided by their sum when moe_norm_topk (Qwen3-MoE, Mixtral); 0 experts: a dense MLP.
+  // Mixture of experts (the layers whose mlp is kMoe): each token's top n_experts_used of the
+  // router's softmax, their weights divided by their sum when moe_norm_topk (Qwen3-MoE, Mixtral).
   int64_t n_experts = 0;
   int64_t n_experts_used = 0;
   bool moe_norm_topk = true;

@@ -44,6 +44,7 @@ detail::QuantActs acts_from(const detail::QuantActs& acts, int64_t first, int64_
 void LlamaForward::check_experts(const LayerWeights& l) const {
   const LlamaDims& d = dims_;
   auto fail = [](const std::string& what) { throw std::invalid_argument("LlamaForward: " + what); };
+  if (d.n_experts == 0) fail("a mixture-of-experts layer needs n_experts > 0");
   if (l.router == nullptr) fail("a mixture-of-experts layer needs its router");
   if (static_cast<int64_t>(l.expert_gate_up.size()) != d.n_experts ||
       static_cast<int64_t>(l.expert_down.size()) != d.n_experts) {

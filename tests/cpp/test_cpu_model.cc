@@ -130,6 +130,7 @@ struct TinyModel {
       lw.wo = quant(dims.dim, dims.n_heads * dims.head_dim, seed++);
       lw.mlp_norm = norm(seed++);
       if (n_experts > 0) {
+        lw.mlp = Mlp::kMoe;
         floats.push_back(random_floats(n_experts * dims.dim, seed++));
         lw.router = floats.back().data();
         for (int64_t e = 0; e < n_experts; ++e) {
@@ -371,6 +372,32 @@ TEST_P(CpuModelOnPath, MoeRowsDoNotDependOnBatchChunksOrThreads) {
           b.dims.vocab);
   EXPECT_EQ(alone, last_logits(mixed, 1, b.dims.vocab));
   for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+}
+
+// A MoE model whose second layer has a dense MLP instead (a stack mixing kinds, as DeepSeek's
+// first layers or a hybrid model's).
+TinyModel mixed_mlp_model() {
+  TinyModel m(false, 4);
+  LayerWeights& dense = m.weights.layers[1];
+  dense.mlp = Mlp::kDense;
+  dense.w_gate_up = m.quant(2 * m.dims.ffn, m.dims.dim, 900);
+  dense.w_down = m.quant(m.dims.dim, m.dims.ffn, 901);
+  return m;
+}
+
+TEST(CpuModel, EachLayerRunsItsOwnKind) {
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  const std::vector<int32_t> table = {5, 2, 9};
+  TinyModel a = mixed_mlp_model(), b = mixed_mlp_model(), moe(false, 4);
+  LlamaForward one = a.make(1), two = b.make(2), all_moe = moe.make(1);
+  const auto whole = run(one, {{kPrompt, n, table}}, a.dims.vocab);
+  run(two, {{{kPrompt.begin(), kPrompt.begin() + 5}, 5, table}}, b.dims.vocab);
+  const auto chunked = run(two, {{{kPrompt.begin() + 5, kPrompt.end()}, n, table}}, b.dims.vocab);
+  EXPECT_EQ(whole, chunked);
+  EXPECT_NE(whole, run(all_moe, {{kPrompt, n, table}}, moe.dims.vocab));
+  TinyModel recurrent;
+  recurrent.weights.layers[1].mixer = Mixer::kRecurrent;
+  EXPECT_THROW(recurrent.make(1), std::invalid_argument);
 }
 
 TEST(CpuModel, BadInputIsRefusedBeforeThePoolIsTouched) {

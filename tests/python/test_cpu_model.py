@@ -12,7 +12,7 @@ from model_fixtures import PagedRunner, random_weights, tiny_config
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
-from met.model.cpu_llama import CpuLlama, cpu_forward_for
+from met.model.cpu_llama import CpuLlama, _dense_table, _dims, _layer, _weight, cpu_forward_for
 from met.model.llama import LlamaModel
 
 LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
@@ -206,6 +206,31 @@ def test_bad_rows_raise_value_error_and_the_model_keeps_working() -> None:
         with pytest.raises(ValueError):
             cpu.forward(runner.cache, **(ok | change))
     assert torch.isfinite(cpu.forward(runner.cache, **ok)).all()
+
+
+def test_layers_cross_as_typed_structs_of_their_kind() -> None:
+    # What CpuLlama hands the C++ forward: bound structs, a layer's kind as enums, so a layer the
+    # forward has no kernel for is refused by the forward itself, by name.
+    model = quant_model()
+    runner = PagedRunner(model, num_blocks=8, block_size=4)
+    impl = CpuLlama(model, runner.cache)._impl
+    assert impl.path in ("scalar", "avx2", "avx512", "amx")
+    pairs = zip(model.layers, model.specs, strict=True)
+    layers = [_layer(layer, spec, None) for layer, spec in pairs]
+    kinds = {(lw.mixer, lw.mlp) for lw in layers}
+    assert kinds == {(_core.cpu.Mixer.attention, _core.cpu.Mlp.dense)}
+    assert layers[0].wqkv.k == model.config.hidden and layers[0].w_down.n == model.config.hidden
+    layers[1].mixer = _core.cpu.Mixer.recurrent
+    weights = _core.cpu.LlamaWeights()
+    weights.embed, weights.lm_head = _weight(model.embed), _weight(model.lm_head)
+    weights.norm = model.norm.data_ptr()
+    cos, sin = _dense_table(model.cos), _dense_table(model.sin)
+    weights.rope_cos, weights.rope_sin = cos.data_ptr(), sin.data_ptr()
+    weights.layers = layers
+    dims = _dims(model, runner.cache, cos.shape[0])
+    pool = runner.cache.k.data_ptr(), runner.cache.v.data_ptr()
+    with pytest.raises(ValueError, match="recurrent layers are not implemented"):
+        _core.cpu.LlamaForward(dims, weights, *pool)
 
 
 def test_the_engine_picks_the_cpp_forward_only_for_cpu_gguf_weights() -> None:

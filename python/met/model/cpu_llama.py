@@ -15,17 +15,26 @@ from torch import Tensor
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
+from met.model.families.spec import LayerSpec
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
 
-_MLP_NAMES = ("w_gate_up", "w_down")
+
+def _weight(w: QuantLinear) -> _core.cpu.QuantWeight:
+    return _core.cpu.QuantWeight(w.blocks.data_ptr(), w.qtype, w.out_features, w.in_features)
 
 
-def _weight(w: QuantLinear) -> tuple[int, str, int, int]:
-    return (w.blocks.data_ptr(), w.qtype, w.out_features, w.in_features)
-
-
+# A layer's float32 tensors the C++ forward reads by address (None: the layer has none).
+_NORMS_AND_BIASES = (
+    "attn_norm",
+    "bqkv",
+    "q_norm",
+    "k_norm",
+    "mlp_norm",
+    "post_attn_norm",
+    "post_mlp_norm",
+)
 # KV pool dtypes the C++ forward stores and reads.
 KV_DTYPES = (torch.float16, torch.float32)
 
@@ -54,70 +63,26 @@ class CpuLlama:
             raise ValueError(f"CpuLlama: {reason}")
         self.model, self.cache = model, cache
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
-        c = model.config
-        embed = model.embed
-        embed_spec = (
-            _weight(embed)
-            if isinstance(embed, QuantLinear)
-            else (_address(embed), "F32", c.vocab, c.hidden)
-        )
         self._cos, self._sin = _dense_table(model.cos), _dense_table(model.sin)
         local = None  # Gemma 3's sliding layers' own tables
         if model.local_cos is not None:
             local = (_dense_table(model.local_cos), _dense_table(model.local_sin))
         self._local = local
-        dims = {
-            "dim": c.hidden,
-            "n_layers": c.n_layers,
-            "n_heads": c.n_heads,
-            "n_kv_heads": c.n_kv_heads,
-            "head_dim": c.head_dim,
-            "ffn": c.ffn,
-            "vocab": c.vocab,
-            "norm_eps": c.norm_eps,
-            "max_positions": self._cos.shape[0],
-            "num_blocks": cache.num_blocks,
-            "block_size": cache.block_size,
-            "kv_half": cache.k.dtype == torch.float16,
-            "attn_scale": c.query_scale or 0.0,
-            "attn_softcap": c.attn_softcap or 0.0,
-            "final_softcap": c.final_softcap or 0.0,
-            "embed_scale": c.embed_scale,
-            "gelu": c.activation == "gelu_tanh",
-        }
-        if c.attn_temp_scale:
-            dims |= {"attn_temp_scale": c.attn_temp_scale, "attn_temp_length": c.attn_temp_length}
-        if c.n_experts:
-            dims |= {
-                "n_experts": c.n_experts,
-                "n_experts_used": c.n_experts_used,
-                "moe_norm_topk": c.moe_norm_topk,
-            }
-        layers = [
-            {
-                "attn_norm": _address(layer["attn_norm"]),
-                "wqkv": _weight(layer["wqkv"]),
-                "bqkv": _address(layer["bqkv"]),
-                "q_norm": _address(layer["q_norm"]),
-                "k_norm": _address(layer["k_norm"]),
-                "wo": _weight(layer["wo"]),
-                "mlp_norm": _address(layer["mlp_norm"]),
-                **_mlp_spec(layer),
-                "window": spec.window or 0,
-                "qk_norm_full": spec.qk_norm == "full",
-                "no_rope": spec.rope == "none",
-                **_post_norms_and_rope(layer, local if spec.rope == "local" else None),
-            }
+        weights = _core.cpu.LlamaWeights()
+        if isinstance(model.embed, QuantLinear):
+            weights.embed = _weight(model.embed)
+        else:
+            weights.embed_dense = _address(model.embed)
+        weights.lm_head = _weight(model.lm_head)
+        weights.norm = _address(model.norm)
+        weights.rope_cos, weights.rope_sin = self._cos.data_ptr(), self._sin.data_ptr()
+        weights.layers = [
+            _layer(layer, spec, local if spec.rope == "local" else None)
             for layer, spec in zip(model.layers, model.specs, strict=True)
         ]
         self._impl = _core.cpu.LlamaForward(
-            dims,
-            embed_spec,
-            _weight(model.lm_head),
-            _address(model.norm),
-            layers,
-            self._cos.data_ptr(),
-            self._sin.data_ptr(),
+            _dims(model, cache, self._cos.shape[0]),
+            weights,
             _pool_address(cache.k),
             _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
@@ -187,33 +152,53 @@ class CpuLlama:
         return logits, greedy
 
 
-def _mlp_spec(layer: dict) -> dict:
-    """A layer's MLP as the C++ forward takes it: dense gate/up and down, or the MoE router
-    (float32) and every expert's pair of weights in expert order."""
+def _dims(model: LlamaModel, cache: PagedKvCache, max_positions: int) -> _core.cpu.LlamaDims:
+    """The model's shape and model-wide settings, as the C++ forward takes them."""
+    c = model.config
+    d = _core.cpu.LlamaDims()
+    d.dim, d.n_layers, d.n_heads, d.n_kv_heads = c.hidden, c.n_layers, c.n_heads, c.n_kv_heads
+    d.head_dim, d.ffn, d.vocab, d.norm_eps = c.head_dim, c.ffn, c.vocab, c.norm_eps
+    d.max_positions, d.num_blocks, d.block_size = max_positions, cache.num_blocks, cache.block_size
+    d.kv_half = cache.k.dtype == torch.float16
+    d.attn_scale, d.attn_softcap = c.query_scale or 0.0, c.attn_softcap or 0.0
+    d.final_softcap, d.embed_scale = c.final_softcap or 0.0, c.embed_scale
+    d.gelu = c.activation == "gelu_tanh"
+    d.attn_temp_scale, d.attn_temp_length = c.attn_temp_scale, c.attn_temp_length
+    d.n_experts, d.n_experts_used, d.moe_norm_topk = c.n_experts, c.n_experts_used, c.moe_norm_topk
+    return d
+
+
+def _layer(
+    layer: dict, spec: LayerSpec, rope: tuple[Tensor, Tensor] | None
+) -> _core.cpu.LayerWeights:
+    """One layer as its LayerSpec plans it: its kind, then its weights."""
+    out = _core.cpu.LayerWeights()
+    out.mixer = _core.cpu.Mixer.attention
+    out.wqkv, out.wo = _weight(layer["wqkv"]), _weight(layer["wo"])
+    for name in _NORMS_AND_BIASES:
+        setattr(out, name, _address(layer[name]))
+    out.window = spec.window or 0
+    out.qk_norm_full = spec.qk_norm == "full"
+    out.no_rope = spec.rope == "none"
+    if rope is not None:
+        out.rope_cos, out.rope_sin = _address(rope[0]), _address(rope[1])
     moe: MoeBlock | None = layer.get("moe")
     if moe is None:
-        return {name: _weight(layer[name]) for name in _MLP_NAMES}
+        out.mlp = _core.cpu.Mlp.dense
+        out.w_gate_up, out.w_down = _weight(layer["w_gate_up"]), _weight(layer["w_down"])
+        return out
+    # The float32 router and every expert's pair of weights, in expert order.
+    out.mlp = _core.cpu.Mlp.moe
+    out.router = _address(moe.router)
     experts = [moe.experts[e] for e in range(moe.n_experts)]
-    return {
-        "router": _address(moe.router),
-        "experts": [(_weight(gate_up), _weight(down)) for gate_up, down in experts],
-    }
+    out.expert_gate_up = [_weight(gate_up) for gate_up, _ in experts]
+    out.expert_down = [_weight(down) for _, down in experts]
+    return out
 
 
 def _dense_table(table: Tensor) -> Tensor:
     # The RoPE tables are [positions, 1, head_dim / 2] views; the C++ side reads them dense.
     return table.reshape(table.shape[0], -1).contiguous()
-
-
-def _post_norms_and_rope(layer: dict, rope: tuple[Tensor, Tensor] | None) -> dict[str, int]:
-    """A layer's optional parts: post-sublayer norms and its own RoPE tables."""
-    out = {}
-    for name in ("post_attn_norm", "post_mlp_norm"):
-        if layer[name] is not None:
-            out[name] = _address(layer[name])
-    if rope is not None:
-        out["rope_cos"], out["rope_sin"] = _address(rope[0]), _address(rope[1])
-    return out
 
 
 def _dense(values: IntArray, dtype: torch.dtype) -> Tensor:

@@ -1,0 +1,122 @@
+// Binds the C++ CPU forward's typed inputs into the cpu submodule: Mixer and Mlp (what a layer
+// is), QuantWeight, LayerWeights, LlamaDims and LlamaWeights. python/met/model/cpu_llama.py fills
+// them from the model's per-layer plan; tensors cross as addresses (the caller owns them and keeps
+// them alive as long as the forward that points into them), everything else as typed fields.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "bindings/cpu_common.h"
+#include "cpu/llama_forward.h"
+
+namespace py = pybind11;
+
+namespace met::bindings {
+
+namespace {
+
+// A `const float*` member read and written as an integer address (0: none).
+template <typename C>
+void address(py::class_<C>& c, const char* name, const float* C::*member, const char* doc) {
+  c.def_property(
+      name, [member](const C& self) { return reinterpret_cast<uintptr_t>(self.*member); },
+      [member](C& self, uintptr_t a) { self.*member = reinterpret_cast<const float*>(a); }, doc);
+}
+
+void bind_quant_weight(py::module_& cpu) {
+  py::class_<cpu::QuantWeight>(cpu, "QuantWeight", "a linear weight [n, k] held as GGUF blocks")
+      .def(py::init([](uintptr_t data, const std::string& qtype, int64_t n, int64_t k) {
+             return cpu::QuantWeight{reinterpret_cast<const uint8_t*>(data), parse_qtype(qtype), n,
+                                     k};
+           }),
+           py::arg("data"), py::arg("qtype"), py::arg("n"), py::arg("k"))
+      .def_readonly("n", &cpu::QuantWeight::n)
+      .def_readonly("k", &cpu::QuantWeight::k);
+}
+
+void bind_layer(py::module_& cpu) {
+  py::enum_<cpu::Mixer>(cpu, "Mixer", "a layer's token mixer")
+      .value("attention", cpu::Mixer::kAttention)
+      .value("recurrent", cpu::Mixer::kRecurrent);
+  py::enum_<cpu::Mlp>(cpu, "Mlp", "a layer's MLP")
+      .value("dense", cpu::Mlp::kDense)
+      .value("moe", cpu::Mlp::kMoe);
+  py::class_<cpu::LayerWeights> l(cpu, "LayerWeights", "one decoder layer: its kind and weights");
+  l.def(py::init<>())
+      .def_readwrite("mixer", &cpu::LayerWeights::mixer)
+      .def_readwrite("mlp", &cpu::LayerWeights::mlp)
+      .def_readwrite("wqkv", &cpu::LayerWeights::wqkv)
+      .def_readwrite("wo", &cpu::LayerWeights::wo)
+      .def_readwrite("w_gate_up", &cpu::LayerWeights::w_gate_up)
+      .def_readwrite("w_down", &cpu::LayerWeights::w_down)
+      .def_readwrite("expert_gate_up", &cpu::LayerWeights::expert_gate_up)
+      .def_readwrite("expert_down", &cpu::LayerWeights::expert_down)
+      .def_readwrite("qk_norm_full", &cpu::LayerWeights::qk_norm_full)
+      .def_readwrite("no_rope", &cpu::LayerWeights::no_rope)
+      .def_readwrite("window", &cpu::LayerWeights::window);
+  address(l, "attn_norm", &cpu::LayerWeights::attn_norm, "float32 [dim]; 0: no pre-norms");
+  address(l, "bqkv", &cpu::LayerWeights::bqkv, "float32 q/k/v biases; 0: none");
+  address(l, "q_norm", &cpu::LayerWeights::q_norm, "float32 [head_dim] or [q width]; 0: none");
+  address(l, "k_norm", &cpu::LayerWeights::k_norm, "float32 [head_dim] or [kv width]; 0: none");
+  address(l, "mlp_norm", &cpu::LayerWeights::mlp_norm, "float32 [dim]; 0: no pre-norms");
+  address(l, "router", &cpu::LayerWeights::router, "float32 [n_experts, dim] (a MoE layer)");
+  address(l, "post_attn_norm", &cpu::LayerWeights::post_attn_norm, "float32 [dim]; 0: none");
+  address(l, "post_mlp_norm", &cpu::LayerWeights::post_mlp_norm, "float32 [dim]; 0: none");
+  address(l, "rope_cos", &cpu::LayerWeights::rope_cos, "this layer's own table; 0: the model's");
+  address(l, "rope_sin", &cpu::LayerWeights::rope_sin, "this layer's own table; 0: the model's");
+}
+
+void bind_dims(py::module_& cpu) {
+  using D = cpu::LlamaDims;
+  py::class_<D>(cpu, "LlamaDims", "the model's shape, its KV pool's and its model-wide settings")
+      .def(py::init<>())
+      .def_readwrite("dim", &D::dim)
+      .def_readwrite("n_layers", &D::n_layers)
+      .def_readwrite("n_heads", &D::n_heads)
+      .def_readwrite("n_kv_heads", &D::n_kv_heads)
+      .def_readwrite("head_dim", &D::head_dim)
+      .def_readwrite("ffn", &D::ffn)
+      .def_readwrite("vocab", &D::vocab)
+      .def_readwrite("norm_eps", &D::norm_eps)
+      .def_readwrite("max_positions", &D::max_positions)
+      .def_readwrite("num_blocks", &D::num_blocks)
+      .def_readwrite("block_size", &D::block_size)
+      .def_readwrite("kv_half", &D::kv_half)
+      .def_readwrite("n_experts", &D::n_experts)
+      .def_readwrite("n_experts_used", &D::n_experts_used)
+      .def_readwrite("moe_norm_topk", &D::moe_norm_topk)
+      .def_readwrite("attn_scale", &D::attn_scale)
+      .def_readwrite("attn_softcap", &D::attn_softcap)
+      .def_readwrite("final_softcap", &D::final_softcap)
+      .def_readwrite("embed_scale", &D::embed_scale)
+      .def_readwrite("gelu", &D::gelu)
+      .def_readwrite("attn_temp_scale", &D::attn_temp_scale)
+      .def_readwrite("attn_temp_length", &D::attn_temp_length);
+}
+
+void bind_weights(py::module_& cpu) {
+  using W = cpu::LlamaWeights;
+  py::class_<W> w(cpu, "LlamaWeights", "the embedding, head, final norm, layers and RoPE tables");
+  w.def(py::init<>())
+      .def_readwrite("embed", &W::embed)
+      .def_readwrite("lm_head", &W::lm_head)
+      .def_readwrite("layers", &W::layers);
+  address(w, "embed_dense", &W::embed_dense, "float32 [vocab, dim] when embed is not blocks");
+  address(w, "norm", &W::norm, "float32 [dim]");
+  address(w, "rope_cos", &W::rope_cos, "float32 [max_positions, head_dim / 2]");
+  address(w, "rope_sin", &W::rope_sin, "float32 [max_positions, head_dim / 2]");
+}
+
+}  // namespace
+
+void bind_cpu_weights(py::module_& m) {
+  auto cpu = m.attr("cpu").cast<py::module_>();
+  bind_quant_weight(cpu);
+  bind_layer(cpu);
+  bind_dims(cpu);
+  bind_weights(cpu);
+}
+
+}  // namespace met::bindings
