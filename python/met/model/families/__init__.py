@@ -7,6 +7,7 @@ from met.model.families import (
     gemma2,
     gemma3,
     llama,
+    ministral,
     mistral,
     mistral3,
     mixtral,
@@ -34,6 +35,7 @@ FAMILIES: dict[str, Family] = {
         olmo2,
         smollm3,
         mistral3,
+        ministral,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}
