@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -193,11 +194,14 @@ def real_model_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def byte_tokenizer_json() -> str:
-    """A byte-level tokenizer with exactly 256 ids, so every id the random model picks decodes."""
+def byte_tokenizer_json(merges: Sequence[str] = ()) -> str:
+    """A byte-level tokenizer with exactly 256 ids, so every id the random model picks decodes;
+    each of `merges` ("y e") adds its result ("ye") as the next id."""
     level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
-    model = {"type": "BPE", "dropout": None, "unk_token": None, "merges": []}
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "merges": list(merges)}
     model["vocab"] = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    for merge in merges:
+        model["vocab"]["".join(merge.split())] = len(model["vocab"])
     return json.dumps(
         {
             "version": "1.0",

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from gguf_writing import Q
 from hf_reference import build_hf, save_hf, write_gguf
+from model_fixtures import byte_tokenizer_json
 from server_harness import start_server
 from tokenizers import Tokenizer as HfTokenizer
-from tokenizers import pre_tokenizers
 
 TOL = 1e-4  # float32 weights: met and transformers differ in summation order only
 IDS = [[5, 17, 33, 60, 91, 100, 7], [104, 14, 3], list(range(40, 80))]  # < both vocabularies
@@ -122,23 +122,8 @@ def test_embedding_refusals(embedding_server):
 
 
 def _answer_tokenizer() -> str:
-    """A byte-level BPE tokenizer whose 'yes' and 'no' are one token each (ids 256-258)."""
-    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
-    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    vocab |= {"ye": 256, "yes": 257, "no": 258}
-    model = {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab}
-    model["merges"] = ["y e", "ye s", "n o"]
-    return json.dumps(
-        {
-            "version": "1.0",
-            "added_tokens": [],
-            "normalizer": None,
-            "pre_tokenizer": level,
-            "post_processor": None,
-            "decoder": level,
-            "model": model,
-        }
-    )
+    """A byte-level BPE tokenizer whose 'yes' and 'no' are one token each (ids 257 and 258)."""
+    return byte_tokenizer_json(["y e", "ye s", "n o"])
 
 
 def _rerank_prompt(query: str, document: str) -> str:
