@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -317,3 +319,56 @@ def test_models_are_named_by_file_and_two_of_one_name_are_refused(tmp_path) -> N
             None,
             make_engine=_unloaded,
         )
+
+
+class _FakeEngine:
+    """An engine whose model takes 1 GiB of weights and 0.25 GiB of KV once loaded."""
+
+    def __init__(self, config, progress) -> None:
+        self.config, self.ready, self.dead = config, False, None
+        self.capacity = SimpleNamespace(weights_bytes=2**30, kv_tokens=2**20, kv_token_bytes=256)
+
+    @property
+    def model_name(self) -> str:
+        return Path(self.config.model).stem
+
+    def load(self) -> None:
+        self.ready = True
+
+    async def shutdown(self, grace_s: float) -> None:
+        self.ready = False
+
+    def stats(self) -> EngineStats:
+        return EngineStats()
+
+
+def test_loading_a_model_unloads_the_least_recently_used_idle_one_beyond_the_budget(
+    tmp_path,
+) -> None:
+    argv = ["--models-memory-gib", "2.6"]
+    for name in ("a", "b", "c"):
+        with open(tmp_path / f"{name}.gguf", "wb") as f:
+            f.truncate(2**30)  # sparse: a 1 GiB file, its size before it loads
+        argv += ["--model", str(tmp_path / f"{name}.gguf")]
+    state = ServerState(None, load_settings(argv, env={}), make_engine=_FakeEngine)
+    a, b, c = state.router.models
+    a.load_blocking()  # the server's startup load
+
+    async def use(name: str) -> str:
+        return (await state.router.acquire(name, None)).name
+
+    async def scenario() -> list[dict[str, str]]:
+        seen = []
+        for name, lease in (("b", None), ("c", None), ("a", b), ("c", None)):
+            if lease is not None:
+                lease.leases += 1  # b is busy: it may not be unloaded
+            assert await use(name) == name
+            seen.append({m.name: m.status for m in state.router.models})
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        {"a": "loaded", "b": "loaded", "c": "unloaded"},  # 2.5 GiB fit
+        {"a": "unloaded", "b": "loaded", "c": "loaded"},  # a was the least recently used
+        {"a": "loaded", "b": "loaded", "c": "unloaded"},  # b busy: c goes
+        {"a": "unloaded", "b": "loaded", "c": "loaded"},
+    ]

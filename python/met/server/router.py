@@ -70,6 +70,8 @@ class ModelRouter:
         settings = server.settings
         self.server = server
         self.max_loaded = settings.max_loaded_models
+        budget = settings.models_memory_gib
+        self.memory_budget = None if budget is None else int(budget * 2**30)
         self.load_timeout = settings.model_load_timeout
         specs = model_specs(settings)
         self.models: list[ServedModel] = []
@@ -152,21 +154,31 @@ class ModelRouter:
         deadline = time.monotonic() + self.load_timeout
         while True:
             held = [m for m in self.models if m is not model and m.status in (LOADED, LOADING)]
-            if len(held) < self.max_loaded:
+            if len(held) < self.max_loaded and self._fits(model, held):
                 return
             idle = [m for m in held if m.status == LOADED and m.leases == 0]
             if idle:
                 victim = min(idle, key=lambda m: m.last_used)
                 await victim.unload(f"making room for '{model.name}'")
                 continue
+            if not held:  # alone it is over the budget: load it anyway, as the only one
+                log.warning("'%s' alone is over --models-memory-gib", model.name)
+                return
             if time.monotonic() > deadline:
                 raise APIError(
                     503,
-                    f"All {self.max_loaded} loaded models are busy; '{model.name}' cannot load",
+                    f"The loaded models are busy; '{model.name}' cannot load beside them",
                     code="model_loading",
                     headers={"Retry-After": "5"},
                 )
             await asyncio.sleep(_POLL_S)
+
+    def _fits(self, model: ServedModel, held: list[ServedModel]) -> bool:
+        """Whether `model` fits the memory budget beside `held` (their weights and KV pools;
+        one not loaded yet by its files' size)."""
+        if self.memory_budget is None:
+            return True
+        return sum(m.memory_bytes() for m in held) + model.memory_bytes() <= self.memory_budget
 
     async def unload_idle(self, idle_s: float) -> None:
         """Unload every model unused for `idle_s` seconds (run periodically)."""

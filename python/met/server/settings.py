@@ -71,6 +71,7 @@ class ServerSettings:
     max_loaded_models: int = 4  # llama-server's --models-max default
     model_idle_timeout: float | None = None  # seconds unused before a model unloads
     model_load_timeout: float = 600.0  # how long a request waits for its model to load
+    models_memory_gib: float | None = None  # loaded models' weights + KV pools at most
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,13 @@ _OPTIONS = (
         "model_idle_timeout",
         float,
         "seconds a model may go unused before it unloads (default: never)",
+        minimum=0,
+    ),
+    _Option(
+        "models_memory_gib",
+        float,
+        "GiB the loaded models' weights and KV pools may take together; the least recently "
+        "used idle one unloads beyond it (default: no limit)",
         minimum=0,
     ),
     _Option(
