@@ -38,16 +38,48 @@ uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
-// The quants of one block as integers, elements in order; the caller applies d (and m).
-void block_quants(QType q, const uint8_t* block, int32_t* out) {
-  if (q == QType::kQ8_0) {
-    for (int i = 0; i < kBlock; ++i) out[i] = static_cast<int8_t>(block[2 + i]);
+// Block b (32 elements) of a row: its quants as integers in element order and its float d and m,
+// so that w = q * d + m (m = 0 for Q8_0, Q4_0 and MXFP4; Q4_0's offset of 8 stays in q, its
+// callers subtract it).
+struct Block {
+  int32_t q[kBlock];
+  float d, m;
+};
+
+void q4_k_block(const uint8_t* row, int64_t b, Block* out) {
+  const uint8_t* super = row + (b / 8) * block_bytes(QType::kQ4_K);
+  const int j = static_cast<int>(b % 8);
+  int scale, min;
+  detail::q4_k_scale_min(super + 4, j, &scale, &min);
+  out->d = fp16_to_fp32(load_u16(super)) * static_cast<float>(scale);
+  out->m = -(fp16_to_fp32(load_u16(super + 2)) * static_cast<float>(min));
+  // 32 bytes per pair of sub-blocks: the low nibbles are sub-block 2i, the high ones 2i + 1.
+  const uint8_t* qs = super + 16 + 32 * (j / 2);
+  for (int i = 0; i < kBlock; ++i) out->q[i] = (qs[i] >> (4 * (j % 2))) & 0x0F;
+}
+
+void read_block(QType q, const uint8_t* row, int64_t b, Block* out) {
+  if (q == QType::kQ4_K) return q4_k_block(row, b, out);
+  const uint8_t* block = row + b * block_bytes(q);
+  out->m = 0.0f;
+  if (q == QType::kMxfp4) {
+    out->d = detail::e8m0_half(block[0]);
+    for (int i = 0; i < kBlock / 2; ++i) {
+      out->q[i] = detail::kMxfp4Values[block[1 + i] & 0x0F];
+      out->q[i + kBlock / 2] = detail::kMxfp4Values[block[1 + i] >> 4];
+    }
     return;
   }
+  out->d = fp16_to_fp32(load_u16(block));
+  if (q == QType::kQ8_0) {
+    for (int i = 0; i < kBlock; ++i) out->q[i] = static_cast<int8_t>(block[2 + i]);
+    return;
+  }
+  if (q == QType::kQ4_1) out->m = fp16_to_fp32(load_u16(block + 2));
   const uint8_t* qs = block + (q == QType::kQ4_1 ? 4 : 2);
   for (int i = 0; i < kBlock / 2; ++i) {
-    out[i] = qs[i] & 0x0F;
-    out[i + kBlock / 2] = qs[i] >> 4;
+    out->q[i] = qs[i] & 0x0F;
+    out->q[i + kBlock / 2] = qs[i] >> 4;
   }
 }
 
@@ -61,22 +93,31 @@ size_t block_bytes(QType q) {
       return 2 + kBlock / 2;
     case QType::kQ4_1:
       return 4 + kBlock / 2;
+    case QType::kMxfp4:
+      return 1 + kBlock / 2;
+    case QType::kQ4_K:
+      return 4 + 12 + 256 / 2;
   }
   throw std::invalid_argument("unknown quantization type");
 }
 
-size_t row_bytes(QType q, int64_t k) { return block_bytes(q) * static_cast<size_t>(k / kBlock); }
+int64_t block_elements(QType q) { return q == QType::kQ4_K ? 256 : kBlock; }
+
+size_t row_bytes(QType q, int64_t k) {
+  return block_bytes(q) * static_cast<size_t>(k / block_elements(q));
+}
 
 void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
-  const size_t bb = block_bytes(q);
-  int32_t quants[kBlock];
+  Block block;
   for (int64_t b = 0; b < k / kBlock; ++b) {
-    const uint8_t* block = row + b * bb;
-    const float d = fp16_to_fp32(load_u16(block));
-    const float m = q == QType::kQ4_1 ? fp16_to_fp32(load_u16(block + 2)) : 0.0f;
+    read_block(q, row, b, &block);
     const int32_t offset = q == QType::kQ4_0 ? 8 : 0;
-    block_quants(q, block, quants);
-    for (int i = 0; i < kBlock; ++i) out[b * kBlock + i] = (quants[i] - offset) * d + m;
+    for (int i = 0; i < kBlock; ++i) {
+      // gguf's readings: q * d for the formats without a min (MXFP4 adds no 0, which would turn
+      // a -0 into +0), q * d + m for the others, and Q8_0/Q4_0/Q4_1 as they always were.
+      const float w = (block.q[i] - offset) * block.d;
+      out[b * kBlock + i] = q == QType::kMxfp4 ? w : w + block.m;
+    }
   }
 }
 
@@ -114,23 +155,19 @@ void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t 
 void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
                         int64_t k, QType q, int64_t n_begin, int64_t n_end) {
   const int64_t nb = k / kBlock;
-  const size_t bb = block_bytes(q);
-  int32_t quants[kBlock];
+  Block block;
   for (int64_t col = n_begin; col < n_end; ++col) {
     const uint8_t* row = w + col * row_bytes(q, k);
     for (int64_t r = 0; r < m; ++r) {
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* block = row + b * bb;
-        block_quants(q, block, quants);
+        read_block(q, row, b, &block);
         const int8_t* a = acts.qs + r * k + b * kBlock;
         int32_t dot = 0;
-        for (int i = 0; i < kBlock; ++i) dot += quants[i] * a[i];
-        const float d = fp16_to_fp32(load_u16(block));
-        acc += d * acts.scale[r * nb + b] * static_cast<float>(dot);
-        if (q == QType::kQ4_0) acc -= 8.0f * d * acts.scaled_sum[r * nb + b];
-        if (q == QType::kQ4_1)
-          acc += fp16_to_fp32(load_u16(block + 2)) * acts.scaled_sum[r * nb + b];
+        for (int i = 0; i < kBlock; ++i) dot += block.q[i] * a[i];
+        acc += block.d * acts.scale[r * nb + b] * static_cast<float>(dot);
+        if (q == QType::kQ4_0) acc -= 8.0f * block.d * acts.scaled_sum[r * nb + b];
+        if (q == QType::kQ4_1 || q == QType::kQ4_K) acc += block.m * acts.scaled_sum[r * nb + b];
       }
       y[r * n + col] = acc;
     }
@@ -311,11 +348,12 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
 
 void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t n, int64_t k,
                   QType q, int n_threads, Isa isa) {
-  if (m < 0 || n < 0 || k <= 0 || k % kBlock != 0) {
-    throw std::invalid_argument("quant_matmul: need M, N >= 0 and K a positive multiple of 32 (K=" +
-                                std::to_string(k) + ")");
-  }
   block_bytes(q);  // rejects an out-of-range enum before any work
+  const int64_t unit = block_elements(q);
+  if (m < 0 || n < 0 || k <= 0 || k % unit != 0) {
+    throw std::invalid_argument("quant_matmul: need M, N >= 0 and K a positive multiple of " +
+                                std::to_string(unit) + " (K=" + std::to_string(k) + ")");
+  }
   if (isa == Isa::kAuto) isa = best_isa();
   if (!isa_supported(isa)) {
     throw std::runtime_error(std::string("quant_matmul: this CPU lacks ") + isa_name(isa));

@@ -176,7 +176,7 @@ def test_sentencepiece_vocab(tmp_path):
     assert tok.decode([1, *ids]) == " hello world"
 
 
-@pytest.mark.parametrize(("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False)])
+@pytest.mark.parametrize(("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False), (Q.MXFP4, False)])
 def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, qtype, tied=tied)
@@ -203,16 +203,18 @@ def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
     assert cannot_run(quant, "cpu") is None  # the C++ forward runs it
     kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
-    main = "Q4_1" if qtype == Q.Q4_K else "Q8_0"
+    main = "Q4_K" if qtype == Q.Q4_K else "Q8_0"
     assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": "Q8_0" if down else main}
-    # Q4_K -> Q4_1 rounds each sub-block's scale and min to float16 (2^-11); -> Q8_0 adds at
-    # most half an int8 step of a 32-block's largest weight (1/254).
-    tolerance = {"Q4_1": 1e-3, "Q8_0": 5e-3}
+    # Q4_K is read as stored (the file's bytes, exact); -> Q8_0 adds at most half an int8 step of
+    # a 32-block's largest weight (1/254).
+    tolerance = {"Q4_K": 0.0, "Q8_0": 5e-3}
     names = ("wqkv", "wo", "w_gate_up", "w_down")
     pairs = [(quant.layers[1][n], dense.layers[1][n]) for n in names]
     for kept, reference in [*pairs, (quant.embed, dense.embed)]:
         error = (kept.dequantize() - reference).abs().max()
         assert error <= tolerance[kept.qtype] * reference.abs().max(), kept.qtype
+        if kept.qtype == "Q4_K":
+            assert kept.nbytes == reference.numel() // 256 * 144  # the file's size, no wider
 
 
 def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):
