@@ -39,8 +39,8 @@ uint16_t load_u16(const uint8_t* p) {
 }
 
 // Block b (32 elements) of a row: its quants as integers in element order and its float d and m,
-// so that w = q * d + m (m = 0 for Q8_0, Q4_0 and MXFP4; Q4_0's offset of 8 stays in q, its
-// callers subtract it).
+// so that w = q * d + m (m = 0 for Q8_0, Q4_0, Q5_0 and MXFP4; Q4_0's and Q5_0's offsets of 8 and
+// 16 stay in q, their callers subtract them).
 struct Block {
   int32_t q[kBlock];
   float d, m;
@@ -76,12 +76,18 @@ void read_block(QType q, const uint8_t* row, int64_t b, Block* out) {
     return;
   }
   if (q == QType::kQ4_1) out->m = fp16_to_fp32(load_u16(block + 2));
-  const uint8_t* qs = block + (q == QType::kQ4_1 ? 4 : 2);
+  const uint8_t* qs = block + (q == QType::kQ4_1 ? 4 : q == QType::kQ5_0 ? 6 : 2);
+  // Q5_0: bit i of the 32 bits after d is element i's fifth bit.
+  uint32_t high = 0;
+  if (q == QType::kQ5_0) std::memcpy(&high, block + 2, 4);
   for (int i = 0; i < kBlock / 2; ++i) {
-    out->q[i] = qs[i] & 0x0F;
-    out->q[i + kBlock / 2] = qs[i] >> 4;
+    out->q[i] = (qs[i] & 0x0F) | (((high >> i) & 1) << 4);
+    out->q[i + kBlock / 2] = (qs[i] >> 4) | (((high >> (i + kBlock / 2)) & 1) << 4);
   }
 }
+
+// The offset Q4_0 and Q5_0 store their quants with.
+int32_t quant_offset(QType q) { return q == QType::kQ4_0 ? 8 : q == QType::kQ5_0 ? 16 : 0; }
 
 }  // namespace
 
@@ -97,6 +103,8 @@ size_t block_bytes(QType q) {
       return 1 + kBlock / 2;
     case QType::kQ4_K:
       return 4 + 12 + 256 / 2;
+    case QType::kQ5_0:
+      return 2 + 4 + kBlock / 2;
   }
   throw std::invalid_argument("unknown quantization type");
 }
@@ -111,7 +119,7 @@ void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
   Block block;
   for (int64_t b = 0; b < k / kBlock; ++b) {
     read_block(q, row, b, &block);
-    const int32_t offset = q == QType::kQ4_0 ? 8 : 0;
+    const int32_t offset = quant_offset(q);
     for (int i = 0; i < kBlock; ++i) {
       // gguf's readings: q * d for the formats without a min (MXFP4 adds no 0, which would turn
       // a -0 into +0), q * d + m for the others, and Q8_0/Q4_0/Q4_1 as they always were.
@@ -166,7 +174,9 @@ void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64
         int32_t dot = 0;
         for (int i = 0; i < kBlock; ++i) dot += block.q[i] * a[i];
         acc += block.d * acts.scale[r * nb + b] * static_cast<float>(dot);
-        if (q == QType::kQ4_0) acc -= 8.0f * block.d * acts.scaled_sum[r * nb + b];
+        if (q == QType::kQ4_0 || q == QType::kQ5_0) {
+          acc -= static_cast<float>(quant_offset(q)) * block.d * acts.scaled_sum[r * nb + b];
+        }
         if (q == QType::kQ4_1 || q == QType::kQ4_K) acc += block.m * acts.scaled_sum[r * nb + b];
       }
       y[r * n + col] = acc;

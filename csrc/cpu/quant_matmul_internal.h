@@ -20,10 +20,11 @@ namespace met::cpu::detail {
 // blocks it holds, whether the quants are signed integers (Q8_0, MXFP4: w = q * d, no constant
 // term) and whether a block has a float min m (Q4_1, Q4_K: w = q * d + m).
 template <QType Q>
-constexpr int64_t kFileBlockBytes = Q == QType::kQ8_0   ? 34
-                                    : Q == QType::kQ4_0 ? 18
-                                    : Q == QType::kQ4_1 ? 20
+constexpr int64_t kFileBlockBytes = Q == QType::kQ8_0    ? 34
+                                    : Q == QType::kQ4_0  ? 18
+                                    : Q == QType::kQ4_1  ? 20
                                     : Q == QType::kMxfp4 ? 17
+                                    : Q == QType::kQ5_0  ? 22
                                                          : 144;
 template <QType Q>
 constexpr int64_t kSubBlocks = Q == QType::kQ4_K ? 8 : 1;

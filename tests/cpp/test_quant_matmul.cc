@@ -1,6 +1,6 @@
 // quant_matmul against a float reference (dequantize_row, then a double-precision dot) and each
-// SIMD path against the scalar path, for Q8_0, Q4_0, Q4_1, MXFP4 and Q4_K blocks built here byte
-// by byte (dequantize_row itself against ggml's definitions on hand-made blocks); the
+// SIMD path against the scalar path, for Q8_0, Q4_0, Q4_1, Q5_0, MXFP4 and Q4_K blocks built here
+// byte by byte (dequantize_row itself against ggml's definitions on hand-made blocks); the
 // AMX-INT8 kernel (emulated tiles on every AVX-512 VNNI CPU, the real ones where the CPU has
 // them) bit for bit against the VNNI kernel, and the tile emulation against the ISA's definition.
 #include <gtest/gtest.h>
@@ -163,7 +163,7 @@ TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
-                         ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1,
+                         ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1, QType::kQ5_0,
                                            QType::kMxfp4, QType::kQ4_K));
 
 // Every amx test restores the default rows from which tiles are taken.
@@ -258,7 +258,7 @@ TEST_P(AmxTiles, RealTilesMatchTheEmulatedOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, AmxTiles,
-                         ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1,
+                         ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1, QType::kQ5_0,
                                            QType::kMxfp4, QType::kQ4_K));
 
 TEST(AmxTileEmulation, FollowsTheIsaDefinitions) {
@@ -329,7 +329,7 @@ TEST(QuantMatmulLayout, Mxfp4FollowsGgml) {
   // E8M0 e gives 2^(e - 128) per doubled E2M1 value (ggml's GGML_E8M0_TO_FP32_HALF and
   // kvalues_mxfp4); low nibble of byte i is element i, high nibble element i + 16.
   uint8_t block[17] = {};
-  block[0] = 130;  // 2^3, halved: 4 per unit
+  block[0] = 130;   // 2^3, halved: 4 per unit
   block[1] = 0xF7;  // element 0 -> index 7 (12), element 16 -> index 15 (-12)
   block[2] = 0x39;  // element 1 -> index 9 (-1), element 17 -> index 3 (3)
   float out[32];
@@ -362,20 +362,20 @@ TEST(QuantMatmulLayout, Q4KFollowsGgml) {
   std::memcpy(block, &d, 2);
   std::memcpy(block + 2, &dmin, 2);
   uint8_t* packed = block + 4;
-  packed[0] = 3 | (2 << 6);         // scale 0 = 3; bits 4-5 of scale 4 = 2
-  packed[4] = 5 | (1 << 6);         // min 0 = 5; bits 4-5 of min 4 = 1
-  packed[8] = 7 | (9 << 4);         // scale 4 low bits 7, min 4 low bits 9
-  packed[3] = 63;                   // scale 3 = 63
-  packed[7] = 1;                    // min 3 = 1
+  packed[0] = 3 | (2 << 6);  // scale 0 = 3; bits 4-5 of scale 4 = 2
+  packed[4] = 5 | (1 << 6);  // min 0 = 5; bits 4-5 of min 4 = 1
+  packed[8] = 7 | (9 << 4);  // scale 4 low bits 7, min 4 low bits 9
+  packed[3] = 63;            // scale 3 = 63
+  packed[7] = 1;             // min 3 = 1
   uint8_t* qs = block + 16;
-  qs[0] = 0x2A;                     // sub-block 0 element 0 -> 10, sub-block 1 element 0 -> 2
-  qs[32 + 31] = 0xF0;               // sub-block 2 element 31 -> 0, sub-block 3 element 31 -> 15
-  qs[64 + 5] = 0x04;                // sub-block 4 element 5 -> 4
+  qs[0] = 0x2A;        // sub-block 0 element 0 -> 10, sub-block 1 element 0 -> 2
+  qs[32 + 31] = 0xF0;  // sub-block 2 element 31 -> 0, sub-block 3 element 31 -> 15
+  qs[64 + 5] = 0x04;   // sub-block 4 element 5 -> 4
   float out[256];
   dequantize_row(QType::kQ4_K, block, out, 256);
   EXPECT_EQ(out[0], 0.5f * 3 * 10 - 0.25f * 5);
   EXPECT_EQ(out[32], 0.5f * 0 * 2 - 0.0f);  // scale 1 and min 1 are 0
-  EXPECT_EQ(out[64 + 31], 0.0f);             // scale 2 = 0, min 2 = 0
+  EXPECT_EQ(out[64 + 31], 0.0f);            // scale 2 = 0, min 2 = 0
   EXPECT_EQ(out[96 + 31], 0.5f * 63 * 15 - 0.25f * 1);
   // scale 4 = 7 | 2 << 4 = 39, min 4 = 9 | 1 << 4 = 25.
   EXPECT_EQ(out[128 + 5], 0.5f * 39 * 4 - 0.25f * 25);
@@ -383,6 +383,28 @@ TEST(QuantMatmulLayout, Q4KFollowsGgml) {
   EXPECT_EQ(block_bytes(QType::kQ4_K), 144u);
   EXPECT_EQ(block_elements(QType::kQ4_K), 256);
   EXPECT_EQ(row_bytes(QType::kQ4_K, 512), 288u);
+}
+
+TEST(QuantMatmulLayout, Q50FollowsGgml) {
+  // w = (q - 16) * d, q = nibble | bit i of the 32 bits after d << 4 (element i); low nibble of
+  // byte i is element i, high nibble element i + 16.
+  uint8_t block[22] = {};
+  const uint16_t d = to_fp16(0.5f);
+  std::memcpy(block, &d, 2);
+  const uint32_t high = (1u << 0) | (1u << 17) | (1u << 31);
+  std::memcpy(block + 2, &high, 4);
+  block[6] = 0x3A;   // element 0 -> 10 | 16, element 16 -> 3
+  block[7] = 0x5F;   // element 1 -> 15, element 17 -> 5 | 16
+  block[21] = 0xF0;  // element 15 -> 0, element 31 -> 15 | 16
+  float out[32];
+  dequantize_row(QType::kQ5_0, block, out, 32);
+  EXPECT_EQ(out[0], (26 - 16) * 0.5f);
+  EXPECT_EQ(out[16], (3 - 16) * 0.5f);
+  EXPECT_EQ(out[1], (15 - 16) * 0.5f);
+  EXPECT_EQ(out[17], (21 - 16) * 0.5f);
+  EXPECT_EQ(out[15], -8.0f);
+  EXPECT_EQ(out[31], (31 - 16) * 0.5f);
+  EXPECT_EQ(block_bytes(QType::kQ5_0), 22u);
 }
 
 TEST(QuantMatmulLayout, RejectsKNotAMultipleOfTheBlock) {

@@ -176,7 +176,9 @@ def test_sentencepiece_vocab(tmp_path):
     assert tok.decode([1, *ids]) == " hello world"
 
 
-@pytest.mark.parametrize(("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False), (Q.MXFP4, False)])
+@pytest.mark.parametrize(
+    ("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False), (Q.Q5_0, True), (Q.MXFP4, False)]
+)
 def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, qtype, tied=tied)
@@ -187,6 +189,7 @@ def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     for name in ("wqkv", "wo", "w_gate_up", "w_down"):
         kept, reference = quant.layers[1][name], dense.layers[1][name]
         assert isinstance(kept, QuantLinear) and isinstance(reference, torch.Tensor)
+        assert kept.qtype == qtype.name  # read as stored
         # Exact: un-permuting Q/K and fusing move whole rows of blocks.
         assert torch.equal(kept.dequantize(), reference), name
     assert torch.equal(quant.lm_head.dequantize(), dense.lm_head)
