@@ -24,7 +24,8 @@ cpu::QType parse_qtype(const std::string& name) {
   if (name == "MXFP4") return cpu::QType::kMxfp4;
   if (name == "Q4_K") return cpu::QType::kQ4_K;
   if (name == "Q5_0") return cpu::QType::kQ5_0;
-  throw py::value_error("qtype must be Q8_0, Q4_0, Q4_1, Q5_0, MXFP4 or Q4_K, not " + name);
+  if (name == "Q6_K") return cpu::QType::kQ6_K;
+  throw py::value_error("qtype must be Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K or Q6_K, not " + name);
 }
 
 namespace {

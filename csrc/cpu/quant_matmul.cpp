@@ -41,10 +41,29 @@ uint16_t load_u16(const uint8_t* p) {
 // Block b (32 elements) of a row: its quants as integers in element order and its float d and m,
 // so that w = q * d + m (m = 0 for Q8_0, Q4_0, Q5_0 and MXFP4; Q4_0's and Q5_0's offsets of 8 and
 // 16 stay in q, their callers subtract them).
+// Q6_K's two 16-element sub-blocks have their own int8 scales (`half`, 1 for the other formats).
 struct Block {
   int32_t q[kBlock];
   float d, m;
+  int32_t half[2];
 };
+
+// Q6_K super-block: 128 bytes of low nibbles, 64 of 2-bit pairs, 16 int8 scales, fp16 d. Block b
+// = 4n + t of it: elements l of the nibbles at 64n + 32(t % 2) + l (the high nibble for t >= 2)
+// and bits 2t, 2t + 1 of byte 32n + l of the pairs (ggml's dequantize_row_q6_K), minus 32.
+void q6_k_block(const uint8_t* row, int64_t b, Block* out) {
+  const uint8_t* super = row + (b / 8) * block_bytes(QType::kQ6_K);
+  const int j = static_cast<int>(b % 8), n = j / 4, t = j % 4;
+  const uint8_t* low = super + 64 * n + 32 * (t % 2);
+  const uint8_t* high = super + 128 + 32 * n;
+  for (int i = 0; i < kBlock; ++i) {
+    out->q[i] = (((low[i] >> (4 * (t / 2))) & 0x0F) | (((high[i] >> (2 * t)) & 3) << 4)) - 32;
+  }
+  out->half[0] = static_cast<int8_t>(super[192 + 2 * j]);
+  out->half[1] = static_cast<int8_t>(super[192 + 2 * j + 1]);
+  out->d = fp16_to_fp32(load_u16(super + 208));
+  out->m = 0.0f;
+}
 
 void q4_k_block(const uint8_t* row, int64_t b, Block* out) {
   const uint8_t* super = row + (b / 8) * block_bytes(QType::kQ4_K);
@@ -59,7 +78,9 @@ void q4_k_block(const uint8_t* row, int64_t b, Block* out) {
 }
 
 void read_block(QType q, const uint8_t* row, int64_t b, Block* out) {
+  out->half[0] = out->half[1] = 1;
   if (q == QType::kQ4_K) return q4_k_block(row, b, out);
+  if (q == QType::kQ6_K) return q6_k_block(row, b, out);
   const uint8_t* block = row + b * block_bytes(q);
   out->m = 0.0f;
   if (q == QType::kMxfp4) {
@@ -105,11 +126,13 @@ size_t block_bytes(QType q) {
       return 4 + 12 + 256 / 2;
     case QType::kQ5_0:
       return 2 + 4 + kBlock / 2;
+    case QType::kQ6_K:
+      return 128 + 64 + 16 + 2;
   }
   throw std::invalid_argument("unknown quantization type");
 }
 
-int64_t block_elements(QType q) { return q == QType::kQ4_K ? 256 : kBlock; }
+int64_t block_elements(QType q) { return q == QType::kQ4_K || q == QType::kQ6_K ? 256 : kBlock; }
 
 size_t row_bytes(QType q, int64_t k) {
   return block_bytes(q) * static_cast<size_t>(k / block_elements(q));
@@ -120,6 +143,14 @@ void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     read_block(q, row, b, &block);
     const int32_t offset = quant_offset(q);
+    if (q == QType::kQ6_K) {
+      // gguf's (d * scale) * q.
+      for (int i = 0; i < kBlock; ++i) {
+        const float ds = block.d * static_cast<float>(block.half[i / 16]);
+        out[b * kBlock + i] = ds * static_cast<float>(block.q[i]);
+      }
+      continue;
+    }
     for (int i = 0; i < kBlock; ++i) {
       // gguf's readings: q * d for the formats without a min (MXFP4 adds no 0, which would turn
       // a -0 into +0), q * d + m for the others, and Q8_0/Q4_0/Q4_1 as they always were.
@@ -171,8 +202,9 @@ void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64
       for (int64_t b = 0; b < nb; ++b) {
         read_block(q, row, b, &block);
         const int8_t* a = acts.qs + r * k + b * kBlock;
-        int32_t dot = 0;
-        for (int i = 0; i < kBlock; ++i) dot += block.q[i] * a[i];
+        int32_t dots[2] = {0, 0};
+        for (int i = 0; i < kBlock; ++i) dots[i / 16] += block.q[i] * a[i];
+        const int32_t dot = block.half[0] * dots[0] + block.half[1] * dots[1];
         acc += block.d * acts.scale[r * nb + b] * static_cast<float>(dot);
         if (q == QType::kQ4_0 || q == QType::kQ5_0) {
           acc -= static_cast<float>(quant_offset(q)) * block.d * acts.scaled_sum[r * nb + b];

@@ -1,9 +1,10 @@
 // Owns: y[M, N] = x[M, K] @ W[N, K]^T on the CPU with W kept in GGUF block layout (Q8_0, Q4_0,
-//   Q4_1, Q5_0, MXFP4 and Q4_K, read as stored), the dispatch between the scalar, AVX2, AVX-512
-//   VNNI and AMX-INT8 paths, and the OpenMP threads.
+//   Q4_1, Q5_0, MXFP4, Q4_K and Q6_K, read as stored), the dispatch between the scalar, AVX2,
+//   AVX-512 VNNI and AMX-INT8 paths, and the OpenMP threads.
 // Called by: csrc/bindings/cpu_kernels.cpp (python/met/kernels/cpu_quant.py's QuantLinear) and
 //   tests/cpp/test_quant_matmul.cc.
-// Invariants: K is a multiple of the format's block (32; 256 for Q4_K's super-blocks); each of
+// Invariants: K is a multiple of the format's block (32; 256 for Q4_K's and Q6_K's super-blocks);
+// each of
 //   W's N rows is its contiguous blocks, rows packed back to back (exactly a GGUF tensor's
 //   bytes); x and y are dense row-major fp32. Activations are quantized to int8 per 32-element
 //   block (scale max|x| / 127) before the integer dot products,
@@ -28,7 +29,18 @@ namespace met::cpu {
 // 8 and 16 in q): MXFP4's d is its E8M0 scale halved
 // (its E2M1 quants are doubled to integers, as ggml's kvalues_mxfp4), a Q4_K super-block's eight
 // 32-element sub-blocks have d = d * scale and m = -dmin * min from their 6-bit scales and mins.
-enum class QType : int32_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2, kMxfp4 = 3, kQ4_K = 4, kQ5_0 = 5 };
+// A Q6_K super-block's 32-element blocks hold two 16-element sub-blocks each with its own int8
+// scale: their exact dot is scale_0 * dot(first 16) + scale_1 * dot(last 16), one int32, with
+// d the super-block's fp16.
+enum class QType : int32_t {
+  kQ8_0 = 0,
+  kQ4_0 = 1,
+  kQ4_1 = 2,
+  kMxfp4 = 3,
+  kQ4_K = 4,
+  kQ5_0 = 5,
+  kQ6_K = 6
+};
 
 // kAuto takes the active CpuPath's kernel (isa.h: MET_CPU_ISA, else the best this CPU has).
 // kAmxInt8 takes AMX tiles for M >= amx_min_rows() and AVX-512 VNNI registers below, both with
@@ -55,7 +67,7 @@ void set_amx_min_rows(int64_t rows);
 // Bytes of one block of the file (fp16 scale, + fp16 min for Q4_1, + Q5_0's 32 high bits, and
 // the quants; MXFP4: the
 // E8M0 byte and the nibbles; Q4_K: a 256-element super-block), the elements it holds (32, or 256
-// for Q4_K) and the bytes of a k-wide row.
+// for the K-quants) and the bytes of a k-wide row.
 size_t block_bytes(QType q);
 int64_t block_elements(QType q);
 size_t row_bytes(QType q, int64_t k);

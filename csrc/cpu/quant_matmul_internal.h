@@ -25,11 +25,15 @@ constexpr int64_t kFileBlockBytes = Q == QType::kQ8_0    ? 34
                                     : Q == QType::kQ4_1  ? 20
                                     : Q == QType::kMxfp4 ? 17
                                     : Q == QType::kQ5_0  ? 22
-                                                         : 144;
+                                    : Q == QType::kQ4_K  ? 144
+                                                         : 210;
 template <QType Q>
-constexpr int64_t kSubBlocks = Q == QType::kQ4_K ? 8 : 1;
+constexpr int64_t kSubBlocks = Q == QType::kQ4_K || Q == QType::kQ6_K ? 8 : 1;
 template <QType Q>
-constexpr bool kSignedQuants = Q == QType::kQ8_0 || Q == QType::kMxfp4;
+constexpr bool kSignedQuants = Q == QType::kQ8_0 || Q == QType::kMxfp4 || Q == QType::kQ6_K;
+// Q6_K: two int8 scales per 32-element block, one per 16 elements, applied to the integer dots.
+template <QType Q>
+constexpr bool kHalfScales = Q == QType::kQ6_K;
 template <QType Q>
 constexpr bool kHasMin = Q == QType::kQ4_1 || Q == QType::kQ4_K;
 template <QType Q>

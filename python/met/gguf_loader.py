@@ -282,7 +282,7 @@ def iter_weights(
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
     With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
-    Q8_0/Q4_0/Q4_1/Q5_0/MXFP4/Q4_K tensor's own, any other format's converted
+    Q8_0/Q4_0/Q4_1/Q5_0/MXFP4/Q4_K/Q6_K tensor's own, any other format's converted
     (met.kernels.requant)."""
     for part, part_reader in parts_of(reader, Path(path)):
         with part.open("rb") as file:

@@ -41,11 +41,15 @@ std::vector<uint8_t> random_weights(QType q, int64_t n, int64_t k, std::mt19937&
   const size_t bb = block_bytes(q);
   for (size_t b = 0; b < w.size() / bb; ++b) {
     uint8_t* block = w.data() + b * bb;
-    if (q == QType::kMxfp4 || q == QType::kQ4_K) {
+    if (q == QType::kMxfp4 || q == QType::kQ4_K || q == QType::kQ6_K) {
       for (size_t i = 0; i < bb; ++i) block[i] = static_cast<uint8_t>(byte(rng));
       if (q == QType::kMxfp4) {
         // E8M0 scales 2^(e - 127) from 2^-11 to 2^-2, halved against the doubled values.
         block[0] = static_cast<uint8_t>(116 + byte(rng) % 10);
+      } else if (q == QType::kQ6_K) {
+        // fp16 d last; the int8 scales of the halves, the nibbles and pairs stay random.
+        const uint16_t d = to_fp16(scale(rng) / 16.0f);
+        std::memcpy(block + 208, &d, 2);
       } else {
         // fp16 d and dmin; the 6-bit scales and mins and the nibbles stay random.
         const uint16_t d = to_fp16(scale(rng) / 16.0f), dmin = to_fp16(scale(rng) / 8.0f);
@@ -164,7 +168,7 @@ TEST_P(QuantMatmul, EachRowIsBitwiseIndependentOfTheBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
                          ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1, QType::kQ5_0,
-                                           QType::kMxfp4, QType::kQ4_K));
+                                           QType::kMxfp4, QType::kQ4_K, QType::kQ6_K));
 
 // Every amx test restores the default rows from which tiles are taken.
 class AmxTiles : public ::testing::TestWithParam<QType> {
@@ -259,7 +263,7 @@ TEST_P(AmxTiles, RealTilesMatchTheEmulatedOnes) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, AmxTiles,
                          ::testing::Values(QType::kQ8_0, QType::kQ4_0, QType::kQ4_1, QType::kQ5_0,
-                                           QType::kMxfp4, QType::kQ4_K));
+                                           QType::kMxfp4, QType::kQ4_K, QType::kQ6_K));
 
 TEST(AmxTileEmulation, FollowsTheIsaDefinitions) {
   // Partial shapes (7 rows, 40-byte A rows, 12-byte C rows), strided loads, int8 extremes.
@@ -383,6 +387,33 @@ TEST(QuantMatmulLayout, Q4KFollowsGgml) {
   EXPECT_EQ(block_bytes(QType::kQ4_K), 144u);
   EXPECT_EQ(block_elements(QType::kQ4_K), 256);
   EXPECT_EQ(row_bytes(QType::kQ4_K, 512), 288u);
+}
+
+TEST(QuantMatmulLayout, Q6KFollowsGgml) {
+  // One super-block: w = d * scale[l / 16] * (q - 32) per 16 elements, q = 4 bits of the low
+  // nibbles | 2 bits of the pairs << 4, laid out as ggml's dequantize_row_q6_K reads them.
+  uint8_t block[210] = {};
+  const uint16_t d = to_fp16(0.5f);
+  std::memcpy(block + 208, &d, 2);
+  int8_t* scales = reinterpret_cast<int8_t*>(block + 192);
+  for (int i = 0; i < 16; ++i) scales[i] = static_cast<int8_t>(i - 5);
+  block[0] = 0x3A;              // elements 0 (low nibble 10) and 64 (high nibble 3)
+  block[33] = 0x07;             // element 33 (low nibble 7), element 97 (high 0)
+  block[128] = 0xE4;            // pairs of element l = 0: 0 -> 0, 32 -> 1, 64 -> 2, 96 -> 3
+  block[64 + 17] = 0x0F;        // element 128 + 17 low nibble 15
+  block[128 + 32 + 17] = 0x02;  // its pair: 2
+  float out[256];
+  dequantize_row(QType::kQ6_K, block, out, 256);
+  const auto scale = [&](int element) { return 0.5f * static_cast<float>(scales[element / 16]); };
+  EXPECT_EQ(out[0], scale(0) * static_cast<float>((10 | 0 << 4) - 32));
+  EXPECT_EQ(out[32], scale(32) * static_cast<float>((0 | 1 << 4) - 32));
+  EXPECT_EQ(out[64], scale(64) * static_cast<float>((3 | 2 << 4) - 32));
+  EXPECT_EQ(out[96], scale(96) * static_cast<float>((0 | 3 << 4) - 32));
+  EXPECT_EQ(out[33], scale(33) * static_cast<float>(7 - 32));
+  EXPECT_EQ(out[128 + 17], scale(128 + 17) * static_cast<float>((15 | 2 << 4) - 32));
+  EXPECT_EQ(out[200], scale(200) * -32.0f);
+  EXPECT_EQ(block_bytes(QType::kQ6_K), 210u);
+  EXPECT_EQ(row_bytes(QType::kQ6_K, 512), 420u);
 }
 
 TEST(QuantMatmulLayout, Q50FollowsGgml) {

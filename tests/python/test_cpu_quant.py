@@ -30,9 +30,9 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 def _layer(qtype: str, rows: int, cols: int, seed: int = 0) -> QuantLinear:
     """A [rows, cols] weight in `qtype`: gguf's quantizer of a random weight, or random valid
     blocks for the K-quants, which gguf cannot quantize to (cols rounded up to their 256)."""
-    if qtype == "Q4_K":
+    if qtype in ("Q4_K", "Q6_K"):
         cols = -(-cols // 256) * 256
-        raw = random_blocks(rows, cols, gguf.GGMLQuantizationType.Q4_K, seed)
+        raw = random_blocks(rows, cols, gguf.GGMLQuantizationType[qtype], seed)
         return QuantLinear(torch.from_numpy(raw), qtype, rows, cols)
     gen = torch.Generator().manual_seed(seed)
     return QuantLinear.from_float(torch.randn(rows, cols, generator=gen) * 0.05, qtype)

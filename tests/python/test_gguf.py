@@ -207,17 +207,18 @@ def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     assert cannot_run(quant, "cpu") is None  # the C++ forward runs it
     kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
     main = "Q4_K" if qtype == Q.Q4_K else "Q8_0"
-    assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": "Q8_0" if down else main}
-    # Q4_K is read as stored (the file's bytes, exact); -> Q8_0 adds at most half an int8 step of
-    # a 32-block's largest weight (1/254).
-    tolerance = {"Q4_K": 0.0, "Q8_0": 5e-3}
+    assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": down.name if down else main}
+    # Q4_K and Q6_K are read as stored (the file's bytes, exact); Q5_K -> Q8_0 adds at most half
+    # an int8 step of a 32-block's largest weight (1/254).
+    tolerance = {"Q4_K": 0.0, "Q6_K": 0.0, "Q8_0": 5e-3}
     names = ("wqkv", "wo", "w_gate_up", "w_down")
     pairs = [(quant.layers[1][n], dense.layers[1][n]) for n in names]
     for kept, reference in [*pairs, (quant.embed, dense.embed)]:
         error = (kept.dequantize() - reference).abs().max()
         assert error <= tolerance[kept.qtype] * reference.abs().max(), kept.qtype
-        if kept.qtype == "Q4_K":
-            assert kept.nbytes == reference.numel() // 256 * 144  # the file's size, no wider
+        if kept.qtype in ("Q4_K", "Q6_K"):
+            # The file's size, nothing wider.
+            assert kept.nbytes == reference.numel() // 256 * {"Q4_K": 144, "Q6_K": 210}[kept.qtype]
 
 
 def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):

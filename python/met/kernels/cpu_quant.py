@@ -1,7 +1,7 @@
 """Linear layers on GGUF-quantized weights for the CPU: met._core.cpu.quant_matmul over tensors.
 
-A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0, Q4_1, Q5_0, MXFP4 or Q4_K, as the file
-stores them) as a uint8 tensor and multiplies fp32 activations against them without
+A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K or Q6_K, as
+the file stores them) as a uint8 tensor and multiplies fp32 activations against them without
 dequantizing; activations are quantized to int8 per 32-element block inside the kernel, so
 results differ from the dequantized float matmul by about 1e-3 relative.
 """
@@ -14,7 +14,7 @@ from torch import Tensor
 
 from met import _core
 
-QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "MXFP4", "Q4_K")
+QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "MXFP4", "Q4_K", "Q6_K")
 
 
 class QuantLinear:
