@@ -4,8 +4,8 @@ Prints, per shape and batch M, the median time of each and the weight bytes stre
 second (the bound that matters for decode). Never asserts. The kernel path is MET_CPU_ISA's (else
 the best this CPU runs); the amx path takes tiles from M = 16, so compare it with avx512 at prefill
 sizes. The weight GB/s column compares formats per weight byte (MXFP4's 17-byte blocks against
-Q4_0's 18, say); Q4_K runs only on shapes whose K is a multiple of its 256-element super-blocks,
-on random valid blocks (gguf has no K-quant quantizer):
+Q4_0's 18, say); the K-quants run only on shapes whose K is a multiple of their 256-element
+super-blocks, on random valid blocks (gguf has no K-quant quantizer):
 
     PYTHONPATH=python python benchmarks/quant_matmul.py [--repeats 200] [--threads N]
     MET_CPU_ISA=amx PYTHONPATH=python python benchmarks/quant_matmul.py --rows 1,8,16,64,512
@@ -46,14 +46,19 @@ def _median_seconds(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), times[len(times) * 9 // 10] - times[len(times) // 10]
 
 
-def _q4_k_layer(n: int, k: int, seed: int) -> QuantLinear:
-    """Random valid Q4_K blocks: random 6-bit scales, mins and nibbles, small fp16 d and dmin."""
+# Per K-quant: bytes of a 256-element super-block, where its fp16 d (and dmin) sit.
+_K_QUANTS = {"Q4_K": (144, (0, 2)), "Q6_K": (210, (208,))}
+
+
+def _k_quant_layer(qtype: str, n: int, k: int, seed: int) -> QuantLinear:
+    """Random valid K-quant blocks: random sub-block scales and quants, small fp16 d (and dmin)."""
+    size, fields = _K_QUANTS[qtype]
     rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n, k // 256, 144), dtype=np.uint8)
-    for offset in (0, 2):
+    raw = rng.integers(0, 256, (n, k // 256, size), dtype=np.uint8)
+    for offset in fields:
         scale = rng.uniform(1e-4, 1e-3, raw.shape[:2]).astype(np.float16)
         raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
-    return QuantLinear(torch.from_numpy(raw.reshape(n, -1)), "Q4_K", n, k)
+    return QuantLinear(torch.from_numpy(raw.reshape(n, -1)), qtype, n, k)
 
 
 def _runner(op: QuantLinear | torch.Tensor, x: torch.Tensor):
@@ -90,10 +95,10 @@ def main() -> None:
             candidates["torch fp32"] = (weight, weight.numel() * 4)
             candidates["torch bf16"] = (bf16, bf16.numel() * 2)
         for qtype in args.qtypes.split(","):
-            if qtype == "Q4_K" and k % 256:
+            if qtype in _K_QUANTS and k % 256:
                 continue
-            if qtype == "Q4_K":
-                layer = _q4_k_layer(n, k, n)
+            if qtype in _K_QUANTS:
+                layer = _k_quant_layer(qtype, n, k, n)
             else:
                 layer = QuantLinear.from_float(weight, qtype)
             candidates[f"met {qtype}"] = (layer, layer.nbytes)
