@@ -3,12 +3,11 @@
 //   AVX-512 VNNI and AMX-INT8 paths, and the OpenMP threads.
 // Called by: csrc/bindings/cpu_kernels.cpp (python/met/kernels/cpu_quant.py's QuantLinear) and
 //   tests/cpp/test_quant_matmul.cc.
-// Invariants: K is a multiple of the format's block (32; 256 for Q4_K's and Q6_K's super-blocks);
-// each of
-//   W's N rows is its contiguous blocks, rows packed back to back (exactly a GGUF tensor's
-//   bytes); x and y are dense row-major fp32. Activations are quantized to int8 per 32-element
-//   block (scale max|x| / 127) before the integer dot products,
-//   so the result differs from a float dot product by about 1e-3 relative. Every path quantizes
+// Invariants: K is a multiple of the format's block (32; 256 for the K-quants' super-blocks);
+//   each of W's N rows is its contiguous blocks, rows packed back to back (exactly a GGUF
+//   tensor's bytes); x and y are dense row-major fp32. Activations are quantized to int8 per
+//   32-element block (scale max|x| / 127) before the integer dot products, so the result
+//   differs from a float dot product by about 1e-3 relative. Every path quantizes
 //   activations identically; paths differ only in float summation order, except that AVX-512
 //   VNNI and AMX-INT8 agree bit for bit: both make one exact int32 per (row, column, block)
 //   (quant_matmul_columns.inc; tiles from amx_min_rows rows on the amx path) and run one float
@@ -26,12 +25,11 @@
 namespace met::cpu {
 
 // Every format is read per 32-element block w = q * d (+ m) (Q4_0 and Q5_0 with their offsets of
-// 8 and 16 in q): MXFP4's d is its E8M0 scale halved
-// (its E2M1 quants are doubled to integers, as ggml's kvalues_mxfp4), a Q4_K super-block's eight
-// 32-element sub-blocks have d = d * scale and m = -dmin * min from their 6-bit scales and mins.
-// A Q6_K super-block's 32-element blocks hold two 16-element sub-blocks each with its own int8
-// scale: their exact dot is scale_0 * dot(first 16) + scale_1 * dot(last 16), one int32, with
-// d the super-block's fp16.
+// 8 and 16 in q): MXFP4's d is its E8M0 scale halved (its E2M1 quants are doubled to integers,
+// as ggml's kvalues_mxfp4); a Q4_K super-block's eight 32-element sub-blocks have d = d * scale
+// and m = -dmin * min from their 6-bit scales and mins. A Q6_K super-block's 32-element blocks
+// hold two 16-element halves each with its own int8 scale: their exact dot is scale_0 *
+// dot(first 16) + scale_1 * dot(last 16), one int32, with d the super-block's fp16.
 enum class QType : int32_t {
   kQ8_0 = 0,
   kQ4_0 = 1,
@@ -65,9 +63,8 @@ int64_t amx_min_rows();
 void set_amx_min_rows(int64_t rows);
 
 // Bytes of one block of the file (fp16 scale, + fp16 min for Q4_1, + Q5_0's 32 high bits, and
-// the quants; MXFP4: the
-// E8M0 byte and the nibbles; Q4_K: a 256-element super-block), the elements it holds (32, or 256
-// for the K-quants) and the bytes of a k-wide row.
+// the quants; MXFP4: the E8M0 byte and the nibbles; Q4_K and Q6_K: a 256-element super-block),
+// the elements it holds (32, or 256 for the K-quants) and the bytes of a k-wide row.
 size_t block_bytes(QType q);
 int64_t block_elements(QType q);
 size_t row_bytes(QType q, int64_t k);

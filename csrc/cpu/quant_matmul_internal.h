@@ -1,11 +1,12 @@
 // Owns: the contract between quant_matmul.cpp (dispatch, threads, scalar path) and the per-ISA
 //   translation units, which are compiled with their own -m flags and so share no inline code
-//   with the rest of the build (only plain data and extern "C++" functions cross this header).
+//   with the rest of the build (only plain data, extern "C++" functions and the internal-linkage
+//   helpers below cross this header).
 // Called by: quant_matmul.cpp, quant_matmul_avx2.cpp, quant_matmul_avx512.cpp,
 //   quant_matmul_amx.cpp and quant_matmul_amx_emulated.cpp.
-// Invariants: QuantActs rows are K / 32 blocks (a Q4_K super-block's eight sub-blocks are eight of
-//   them); qs holds M * K int8, scale and scaled_sum hold
-//   M * K / 32 floats each; scaled_sum = scale * sum(qs of the block), which turns the Q4 formats'
+// Invariants: QuantActs rows are K / 32 blocks (a K-quant super-block's eight 32-element
+//   sub-blocks are eight of them); qs holds M * K int8, scale and scaled_sum hold M * K / 32
+//   floats each; scaled_sum = scale * sum(qs of the block), which turns the Q4 formats'
 //   constant term (-8 * d or m) into one multiply per block.
 #pragma once
 
@@ -17,8 +18,8 @@
 namespace met::cpu::detail {
 
 // Per-format constants the kernels specialize on: bytes of one block of the file, the 32-element
-// blocks it holds, whether the quants are signed integers (Q8_0, MXFP4: w = q * d, no constant
-// term) and whether a block has a float min m (Q4_1, Q4_K: w = q * d + m).
+// blocks it holds, whether the quants are signed integers (Q8_0, MXFP4, Q6_K: w = q * d, no
+// constant term) and whether a block has a float min m (Q4_1, Q4_K: w = q * d + m).
 template <QType Q>
 constexpr int64_t kFileBlockBytes = Q == QType::kQ8_0    ? 34
                                     : Q == QType::kQ4_0  ? 18
@@ -70,6 +71,19 @@ inline void q4_k_scale_min(const uint8_t* packed, int j, int* scale, int* min) {
 }
 
 }  // namespace
+
+// Block b (32 elements) of a row, as quant_blocks.cpp reads it: its quants as integers in element
+// order and its float d and m, so that w = q * d + m (m = 0 for Q8_0, Q4_0, Q5_0 and MXFP4; Q4_0's
+// and Q5_0's offsets of 8 and 16 stay in q, their callers subtract them). Q6_K's two 16-element
+// sub-blocks have their own int8 scales (`half`, 1 for the other formats).
+struct Block {
+  int32_t q[kBlock];
+  float d, m;
+  int32_t half[2];
+};
+void read_block(QType q, const uint8_t* row, int64_t b, Block* out);
+// The offset Q4_0 and Q5_0 store their quants with (8, 16; else 0).
+int32_t quant_offset(QType q);
 
 struct QuantActs {
   int8_t* qs;
