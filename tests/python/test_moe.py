@@ -97,10 +97,14 @@ def test_early_mixtral_files_with_one_tensor_per_expert(tmp_path):
         assert torch.equal(got[name], tensor), name
 
 
-# K-quants need rows of 256: a wider tiny model. Q4_K and MXFP4 (gpt-oss's experts) run as stored.
+# K-quants need rows of 256: a wider tiny model. Every format here (MXFP4: gpt-oss's experts) runs
+# as stored.
+K_SHAPE = {"hidden": 256, "ffn": 256, "head_dim": 64}
+
+
 @pytest.mark.parametrize(
     ("qtype", "shape"),
-    [(Q.Q4_1, {}), (Q.MXFP4, {}), (Q.Q4_K, {"hidden": 256, "ffn": 256, "head_dim": 64})],
+    [(Q.Q4_1, {}), (Q.Q5_0, {}), (Q.MXFP4, {}), (Q.Q4_K, K_SHAPE)],
 )
 def test_the_cpp_forward_runs_quantized_experts_like_the_torch_one(tmp_path, qtype, shape):
     path = tmp_path / "moe.gguf"
