@@ -3,10 +3,13 @@
 Prints, per shape and batch M, the median time of each and the weight bytes streamed per
 second (the bound that matters for decode). Never asserts. The kernel path is MET_CPU_ISA's (else
 the best this CPU runs); the amx path takes tiles from M = 16, so compare it with avx512 at prefill
-sizes:
+sizes. The weight GB/s column compares formats per weight byte (MXFP4's 17-byte blocks against
+Q4_0's 18, say); the K-quants run only on shapes whose K is a multiple of their 256-element
+super-blocks, on random valid blocks (gguf has no K-quant quantizer):
 
     PYTHONPATH=python python benchmarks/quant_matmul.py [--repeats 200] [--threads N]
     MET_CPU_ISA=amx PYTHONPATH=python python benchmarks/quant_matmul.py --rows 1,8,16,64,512
+    PYTHONPATH=python python benchmarks/quant_matmul.py --qtypes Q4_0,MXFP4 --no-torch
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import argparse
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from met import _core
-from met.kernels.cpu_quant import QuantLinear
+from met.kernels.cpu_quant import QTYPES, QuantLinear
 
 # SmolLM2-135M: fused q/k/v (576 + 2 * 192), wo, fused gate/up, down, tied lm_head.
 SHAPES = {
@@ -42,6 +46,21 @@ def _median_seconds(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), times[len(times) * 9 // 10] - times[len(times) // 10]
 
 
+# Per K-quant: bytes of a 256-element super-block, where its fp16 d (and dmin) sit.
+_K_QUANTS = {"Q4_K": (144, (0, 2)), "Q6_K": (210, (208,))}
+
+
+def _k_quant_layer(qtype: str, n: int, k: int, seed: int) -> QuantLinear:
+    """Random valid K-quant blocks: random sub-block scales and quants, small fp16 d (and dmin)."""
+    size, fields = _K_QUANTS[qtype]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, k // 256, size), dtype=np.uint8)
+    for offset in fields:
+        scale = rng.uniform(1e-4, 1e-3, raw.shape[:2]).astype(np.float16)
+        raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
+    return QuantLinear(torch.from_numpy(raw.reshape(n, -1)), qtype, n, k)
+
+
 def _runner(op: QuantLinear | torch.Tensor, x: torch.Tensor):
     if isinstance(op, QuantLinear):
         return lambda: op(x)
@@ -54,6 +73,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rows", default="1,8", help="comma-separated batch sizes M")
+    parser.add_argument("--qtypes", default=",".join(QTYPES), help="comma-separated formats")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch fp32/bf16 rows")
     args = parser.parse_args()
     rows = [int(m) for m in args.rows.split(",")]
     torch.set_num_threads(args.threads)
@@ -63,14 +85,22 @@ def main() -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     gen = torch.Generator().manual_seed(0)
-    for name, (n, k) in SHAPES.items():
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
         weight = torch.randn(n, k, generator=gen) * 0.05
         repeats = max(5, args.repeats // 10) if name == "lm_head" else args.repeats
-        candidates = {"torch fp32": (weight, weight.numel() * 4)}
-        bf16 = weight.bfloat16()
-        candidates["torch bf16"] = (bf16, bf16.numel() * 2)
-        for qtype in ("Q8_0", "Q4_0", "Q4_1"):
-            layer = QuantLinear.from_float(weight, qtype)
+        candidates = {}
+        if not args.no_torch:
+            bf16 = weight.bfloat16()
+            candidates["torch fp32"] = (weight, weight.numel() * 4)
+            candidates["torch bf16"] = (bf16, bf16.numel() * 2)
+        for qtype in args.qtypes.split(","):
+            if qtype in _K_QUANTS and k % 256:
+                continue
+            if qtype in _K_QUANTS:
+                layer = _k_quant_layer(qtype, n, k, n)
+            else:
+                layer = QuantLinear.from_float(weight, qtype)
             candidates[f"met {qtype}"] = (layer, layer.nbytes)
         for m in rows:
             x = torch.randn(m, k, generator=gen)

@@ -8,7 +8,8 @@
 
 namespace met::bindings {
 
-// "Q8_0" | "Q4_0" | "Q4_1"; raises ValueError otherwise.
+// "Q8_0" | "Q4_0" | "Q4_1" | "Q5_0" | "MXFP4" | "Q4_K" | "Q6_K";
+// raises ValueError otherwise.
 cpu::QType parse_qtype(const std::string& name);
 
 }  // namespace met::bindings

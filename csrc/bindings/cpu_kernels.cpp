@@ -21,7 +21,11 @@ cpu::QType parse_qtype(const std::string& name) {
   if (name == "Q8_0") return cpu::QType::kQ8_0;
   if (name == "Q4_0") return cpu::QType::kQ4_0;
   if (name == "Q4_1") return cpu::QType::kQ4_1;
-  throw py::value_error("qtype must be Q8_0, Q4_0 or Q4_1, not " + name);
+  if (name == "MXFP4") return cpu::QType::kMxfp4;
+  if (name == "Q4_K") return cpu::QType::kQ4_K;
+  if (name == "Q5_0") return cpu::QType::kQ5_0;
+  if (name == "Q6_K") return cpu::QType::kQ6_K;
+  throw py::value_error("qtype must be Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K or Q6_K, not " + name);
 }
 
 namespace {
@@ -99,10 +103,35 @@ void bind_cpu_kernels(py::module_& m) {
       "the CPU features behind the kernel paths");
   cpu.def("isa_supported",
           [](const std::string& isa) { return cpu::isa_supported(parse_isa(isa)); });
+  cpu.def(
+      "block_elements",
+      [](const std::string& qtype) { return cpu::block_elements(parse_qtype(qtype)); },
+      "elements per block of the format: K must be a multiple of it (32; 256 for Q4_K)");
   cpu.def("row_bytes", [](const std::string& qtype, int64_t k) {
-    if (k % cpu::kBlock != 0) throw py::value_error("K must be a multiple of 32");
-    return cpu::row_bytes(parse_qtype(qtype), k);
+    const cpu::QType q = parse_qtype(qtype);
+    if (k % cpu::block_elements(q) != 0) {
+      throw py::value_error(qtype + " needs K a multiple of " +
+                            std::to_string(cpu::block_elements(q)));
+    }
+    return cpu::row_bytes(q, k);
   });
+  cpu.def(
+      "dequantize_rows",
+      [](uintptr_t w, uintptr_t out, int64_t rows, int64_t k, const std::string& qtype) {
+        const cpu::QType q = parse_qtype(qtype);
+        if (rows < 0 || k <= 0 || k % cpu::block_elements(q) != 0) {
+          throw py::value_error("dequantize_rows: need rows >= 0 and K a positive multiple of " +
+                                std::to_string(cpu::block_elements(q)));
+        }
+        const auto* src = reinterpret_cast<const uint8_t*>(w);
+        auto* dst = reinterpret_cast<float*>(out);
+        py::gil_scoped_release release;
+        for (int64_t r = 0; r < rows; ++r) {
+          cpu::dequantize_row(q, src + r * cpu::row_bytes(q, k), dst + r * k, k);
+        }
+      },
+      py::arg("w_ptr"), py::arg("out_ptr"), py::arg("rows"), py::arg("K"), py::arg("qtype"),
+      "out[rows, K] fp32 = the C++ kernels' reading of rows of GGUF blocks (their reference)");
   cpu.def(
       "quant_matmul",
       [](uintptr_t x, uintptr_t w, uintptr_t y, int64_t rows, int64_t n, int64_t k,

@@ -25,7 +25,7 @@ void require(bool ok, const std::string& what) {
 }
 
 void check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) {
-  require(w.data != nullptr && w.n == n && w.k == k && k % kBlock == 0,
+  require(w.data != nullptr && w.n == n && w.k == k && k % block_elements(w.q) == 0,
           std::string(name) + " must be [" + std::to_string(n) + ", " + std::to_string(k) +
               "] in GGUF blocks, got [" + std::to_string(w.n) + ", " + std::to_string(w.k) + "]");
 }

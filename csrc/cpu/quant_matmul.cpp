@@ -1,4 +1,5 @@
-// Dispatch, threading and the portable scalar path of quant_matmul (see quant_matmul.h).
+// Dispatch, threading and the portable scalar path of quant_matmul (see quant_matmul.h; the
+// block formats themselves are read in quant_blocks.cpp).
 #include "quant_matmul.h"
 
 #include <atomic>
@@ -32,53 +33,7 @@ int64_t panel_rows(int64_t k) {
   return rows < 64 ? 64 : rows;
 }
 
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-// The quants of one block as integers, elements in order; the caller applies d (and m).
-void block_quants(QType q, const uint8_t* block, int32_t* out) {
-  if (q == QType::kQ8_0) {
-    for (int i = 0; i < kBlock; ++i) out[i] = static_cast<int8_t>(block[2 + i]);
-    return;
-  }
-  const uint8_t* qs = block + (q == QType::kQ4_1 ? 4 : 2);
-  for (int i = 0; i < kBlock / 2; ++i) {
-    out[i] = qs[i] & 0x0F;
-    out[i + kBlock / 2] = qs[i] >> 4;
-  }
-}
-
 }  // namespace
-
-size_t block_bytes(QType q) {
-  switch (q) {
-    case QType::kQ8_0:
-      return 2 + kBlock;
-    case QType::kQ4_0:
-      return 2 + kBlock / 2;
-    case QType::kQ4_1:
-      return 4 + kBlock / 2;
-  }
-  throw std::invalid_argument("unknown quantization type");
-}
-
-size_t row_bytes(QType q, int64_t k) { return block_bytes(q) * static_cast<size_t>(k / kBlock); }
-
-void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
-  const size_t bb = block_bytes(q);
-  int32_t quants[kBlock];
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    const uint8_t* block = row + b * bb;
-    const float d = fp16_to_fp32(load_u16(block));
-    const float m = q == QType::kQ4_1 ? fp16_to_fp32(load_u16(block + 2)) : 0.0f;
-    const int32_t offset = q == QType::kQ4_0 ? 8 : 0;
-    block_quants(q, block, quants);
-    for (int i = 0; i < kBlock; ++i) out[b * kBlock + i] = (quants[i] - offset) * d + m;
-  }
-}
 
 namespace detail {
 
@@ -114,23 +69,22 @@ void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t 
 void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
                         int64_t k, QType q, int64_t n_begin, int64_t n_end) {
   const int64_t nb = k / kBlock;
-  const size_t bb = block_bytes(q);
-  int32_t quants[kBlock];
+  Block block;
   for (int64_t col = n_begin; col < n_end; ++col) {
     const uint8_t* row = w + col * row_bytes(q, k);
     for (int64_t r = 0; r < m; ++r) {
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* block = row + b * bb;
-        block_quants(q, block, quants);
+        read_block(q, row, b, &block);
         const int8_t* a = acts.qs + r * k + b * kBlock;
-        int32_t dot = 0;
-        for (int i = 0; i < kBlock; ++i) dot += quants[i] * a[i];
-        const float d = fp16_to_fp32(load_u16(block));
-        acc += d * acts.scale[r * nb + b] * static_cast<float>(dot);
-        if (q == QType::kQ4_0) acc -= 8.0f * d * acts.scaled_sum[r * nb + b];
-        if (q == QType::kQ4_1)
-          acc += fp16_to_fp32(load_u16(block + 2)) * acts.scaled_sum[r * nb + b];
+        int32_t dots[2] = {0, 0};
+        for (int i = 0; i < kBlock; ++i) dots[i / 16] += block.q[i] * a[i];
+        const int32_t dot = block.half[0] * dots[0] + block.half[1] * dots[1];
+        acc += block.d * acts.scale[r * nb + b] * static_cast<float>(dot);
+        if (q == QType::kQ4_0 || q == QType::kQ5_0) {
+          acc -= static_cast<float>(quant_offset(q)) * block.d * acts.scaled_sum[r * nb + b];
+        }
+        if (q == QType::kQ4_1 || q == QType::kQ4_K) acc += block.m * acts.scaled_sum[r * nb + b];
       }
       y[r * n + col] = acc;
     }
@@ -311,11 +265,12 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
 
 void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t n, int64_t k,
                   QType q, int n_threads, Isa isa) {
-  if (m < 0 || n < 0 || k <= 0 || k % kBlock != 0) {
-    throw std::invalid_argument("quant_matmul: need M, N >= 0 and K a positive multiple of 32 (K=" +
-                                std::to_string(k) + ")");
-  }
   block_bytes(q);  // rejects an out-of-range enum before any work
+  const int64_t unit = block_elements(q);
+  if (m < 0 || n < 0 || k <= 0 || k % unit != 0) {
+    throw std::invalid_argument("quant_matmul: need M, N >= 0 and K a positive multiple of " +
+                                std::to_string(unit) + " (K=" + std::to_string(k) + ")");
+  }
   if (isa == Isa::kAuto) isa = best_isa();
   if (!isa_supported(isa)) {
     throw std::runtime_error(std::string("quant_matmul: this CPU lacks ") + isa_name(isa));

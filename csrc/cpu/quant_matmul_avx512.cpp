@@ -34,6 +34,14 @@ void matmul_rows_avx512vnni(const QuantActs& acts, const uint8_t* w, float* y, i
       return vnni_columns<QType::kQ4_0>(acts, w, y, m, n, k, n_begin, n_end);
     case QType::kQ4_1:
       return vnni_columns<QType::kQ4_1>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kMxfp4:
+      return vnni_columns<QType::kMxfp4>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ4_K:
+      return vnni_columns<QType::kQ4_K>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ5_0:
+      return vnni_columns<QType::kQ5_0>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ6_K:
+      return vnni_columns<QType::kQ6_K>(acts, w, y, m, n, k, n_begin, n_end);
   }
 }
 

@@ -1,18 +1,89 @@
 // Owns: the contract between quant_matmul.cpp (dispatch, threads, scalar path) and the per-ISA
 //   translation units, which are compiled with their own -m flags and so share no inline code
-//   with the rest of the build (only plain data and extern "C++" functions cross this header).
+//   with the rest of the build (only plain data, extern "C++" functions and the internal-linkage
+//   helpers below cross this header).
 // Called by: quant_matmul.cpp, quant_matmul_avx2.cpp, quant_matmul_avx512.cpp,
 //   quant_matmul_amx.cpp and quant_matmul_amx_emulated.cpp.
-// Invariants: QuantActs rows are K / 32 blocks; qs holds M * K int8, scale and scaled_sum hold
-//   M * K / 32 floats each; scaled_sum = scale * sum(qs of the block), which turns the Q4 formats'
+// Invariants: QuantActs rows are K / 32 blocks (a K-quant super-block's eight 32-element
+//   sub-blocks are eight of them); qs holds M * K int8, scale and scaled_sum hold M * K / 32
+//   floats each; scaled_sum = scale * sum(qs of the block), which turns the Q4 formats'
 //   constant term (-8 * d or m) into one multiply per block.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "quant_matmul.h"
 
 namespace met::cpu::detail {
+
+// Per-format constants the kernels specialize on: bytes of one block of the file, the 32-element
+// blocks it holds, whether the quants are signed integers (Q8_0, MXFP4, Q6_K: w = q * d, no
+// constant term) and whether a block has a float min m (Q4_1, Q4_K: w = q * d + m).
+template <QType Q>
+constexpr int64_t kFileBlockBytes = Q == QType::kQ8_0    ? 34
+                                    : Q == QType::kQ4_0  ? 18
+                                    : Q == QType::kQ4_1  ? 20
+                                    : Q == QType::kMxfp4 ? 17
+                                    : Q == QType::kQ5_0  ? 22
+                                    : Q == QType::kQ4_K  ? 144
+                                                         : 210;
+template <QType Q>
+constexpr int64_t kSubBlocks = Q == QType::kQ4_K || Q == QType::kQ6_K ? 8 : 1;
+template <QType Q>
+constexpr bool kSignedQuants = Q == QType::kQ8_0 || Q == QType::kMxfp4 || Q == QType::kQ6_K;
+// Q6_K: two int8 scales per 32-element block, one per 16 elements, applied to the integer dots.
+template <QType Q>
+constexpr bool kHalfScales = Q == QType::kQ6_K;
+template <QType Q>
+constexpr bool kHasMin = Q == QType::kQ4_1 || Q == QType::kQ4_K;
+template <QType Q>
+constexpr int64_t row_bytes_of(int64_t nb) {
+  return nb / kSubBlocks<Q> * kFileBlockBytes<Q>;
+}
+
+// ggml's kvalues_mxfp4: the E2M1 values doubled, so they are integers.
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// The helpers below are compiled into each per-ISA file on its own (internal linkage), so no copy
+// built with one file's -m flags can stand in for another's.
+namespace {
+
+// ggml's GGML_E8M0_TO_FP32_HALF: 2^(e - 128), the half that the doubled values take back; e < 2
+// gives the float subnormals 2^-128 and 2^-127.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The 6-bit scale and min of sub-block j (0..7) from a Q4_K super-block's 12 packed bytes
+// (ggml's get_scale_min_k4).
+inline void q4_k_scale_min(const uint8_t* packed, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
+    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+// Block b (32 elements) of a row, as quant_blocks.cpp reads it: its quants as integers in element
+// order and its float d and m, so that w = q * d + m (m = 0 for Q8_0, Q4_0, Q5_0 and MXFP4; Q4_0's
+// and Q5_0's offsets of 8 and 16 stay in q, their callers subtract them). Q6_K's two 16-element
+// sub-blocks have their own int8 scales (`half`, 1 for the other formats).
+struct Block {
+  int32_t q[kBlock];
+  float d, m;
+  int32_t half[2];
+};
+void read_block(QType q, const uint8_t* row, int64_t b, Block* out);
+// The offset Q4_0 and Q5_0 store their quants with (8, 16; else 0).
+int32_t quant_offset(QType q);
 
 struct QuantActs {
   int8_t* qs;

@@ -32,6 +32,7 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
+    GGMLQuantizationType.MXFP4,
 }
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
@@ -214,8 +215,8 @@ def _dequantize(tensor: Any, path: Path) -> np.ndarray:
     if tensor.tensor_type not in SUPPORTED_TYPES:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which met cannot "
-            "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1 or "
-            "Q2_K..Q6_K"
+            "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1, "
+            "Q2_K..Q6_K or MXFP4"
         )
     try:
         array = dequantize(tensor.data, tensor.tensor_type)
@@ -281,7 +282,8 @@ def iter_weights(
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
     With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
-    Q8_0/Q4_0/Q4_1 tensor's own, any other format's converted (met.kernels.requant)."""
+    Q8_0/Q4_0/Q4_1/Q5_0/MXFP4/Q4_K/Q6_K tensor's own, any other format's converted
+    (met.kernels.requant)."""
     for part, part_reader in parts_of(reader, Path(path)):
         with part.open("rb") as file:
             for tensor in part_reader.tensors:

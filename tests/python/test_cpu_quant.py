@@ -1,7 +1,10 @@
 """QuantLinear (met._core.cpu.quant_matmul) against gguf's dequantize + a torch matmul."""
 
+import gguf
+import numpy as np
 import pytest
 import torch
+from gguf_writing import random_blocks
 
 from met import _core
 from met.kernels.cpu_quant import QTYPES, QuantLinear
@@ -24,13 +27,49 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).norm() / want.norm())
 
 
+def _layer(qtype: str, rows: int, cols: int, seed: int = 0) -> QuantLinear:
+    """A [rows, cols] weight in `qtype`: gguf's quantizer of a random weight, or random valid
+    blocks for the K-quants, which gguf cannot quantize to (cols rounded up to their 256)."""
+    if qtype in ("Q4_K", "Q6_K"):
+        cols = -(-cols // 256) * 256
+        raw = random_blocks(rows, cols, gguf.GGMLQuantizationType[qtype], seed)
+        return QuantLinear(torch.from_numpy(raw), qtype, rows, cols)
+    gen = torch.Generator().manual_seed(seed)
+    return QuantLinear.from_float(torch.randn(rows, cols, generator=gen) * 0.05, qtype)
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_the_kernels_read_blocks_as_gguf_does(qtype: str) -> None:
+    # dequantize_rows is the C++ paths' own reading (their reference): gguf's, value for value.
+    layer = _layer(qtype, 24, 512, seed=3)
+    out = torch.empty(24, 512)
+    _core.cpu.dequantize_rows(layer.blocks.data_ptr(), out.data_ptr(), 24, 512, qtype)
+    assert torch.equal(out, layer.dequantize())
+    elements, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+    assert layer.nbytes == 24 * 512 // elements * size  # the file's bytes, nothing wider
+
+
+def test_mxfp4_scales_at_the_ends_of_e8m0() -> None:
+    # E8M0 0 and 1 are float subnormals after ggml's halving, 254 and 255 the largest scales.
+    blocks = np.zeros((4, 17), np.uint8)
+    blocks[:, 0] = [0, 1, 254, 255]
+    blocks[:2, 1:] = np.arange(16, dtype=np.uint8) * 17  # both nibbles of byte i are i
+    blocks[2:, 1:] = 0x11  # value 1 only: more would overflow float32
+    layer = QuantLinear(torch.from_numpy(blocks), "MXFP4", 4, 32)
+    out = torch.empty(4, 32)
+    _core.cpu.dequantize_rows(layer.blocks.data_ptr(), out.data_ptr(), 4, 32, "MXFP4")
+    want = layer.dequantize()
+    assert want[0, 1] == 2.0**-128 and want[1, 1] == 2.0**-127 and want[3, 0] == 2.0**127
+    assert want[2, 31] == 2.0**126
+    assert torch.equal(out, want)
+
+
 @pytest.mark.parametrize("qtype", QTYPES)
 @pytest.mark.parametrize("m", [1, 3, 8, 20])
 def test_matches_dequantized_matmul(qtype: str, m: int) -> None:
     gen = torch.Generator().manual_seed(m)
-    weight = torch.randn(45, 160, generator=gen) * 0.05
-    layer = QuantLinear.from_float(weight, qtype)
-    x = torch.randn(m, 160, generator=gen)
+    layer = _layer(qtype, 45, 160, seed=m)
+    x = torch.randn(m, layer.in_features, generator=gen)
     want = x.double() @ layer.dequantize().double().T
     for isa in ISAS:
         got = layer(x, isa=isa)
@@ -50,13 +89,18 @@ def test_leading_dims_threads_and_checks() -> None:
         layer(torch.randn(1, 64))
     with pytest.raises(ValueError, match="bytes"):
         QuantLinear(torch.zeros(10, dtype=torch.uint8), "Q4_0", 64, 96)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        QuantLinear(torch.zeros(144, dtype=torch.uint8), "Q4_K", 1, 288)
+    with pytest.raises(ValueError, match="no quantizer for Q4_K"):
+        QuantLinear.from_float(torch.randn(4, 256), "Q4_K")
 
 
-def test_rows_are_independent_of_the_batch() -> None:
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_rows_are_independent_of_the_batch(qtype: str) -> None:
     # The model relies on this for batch-invariant output: each row's activations are quantized
     # on their own, so a row's result is bit for bit the same alone or among others.
-    layer = QuantLinear.from_float(torch.randn(96, 128) * 0.05, "Q4_1")
-    x = torch.randn(8, 128)
+    layer = _layer(qtype, 96, 256)
+    x = torch.randn(8, 256)
     together = layer(x)
     assert all(torch.equal(together[i], layer(x[i : i + 1])[0]) for i in range(8))
 
@@ -69,8 +113,8 @@ def test_amx_tiles_and_vnni_registers_give_a_row_the_same_bits(qtype: str) -> No
     tiled = [isa for isa in ("amx-emulated", "amx-int8") if _core.cpu.isa_supported(isa)]
     if not tiled:
         pytest.skip("the amx kernels need AVX-512 VNNI (emulated tiles) or AMX-INT8")
-    layer = QuantLinear.from_float(torch.randn(37, 160) * 0.05, qtype)
-    x = torch.randn(21, 160)
+    layer = _layer(qtype, 37, 160)
+    x = torch.randn(21, layer.in_features)
     before = _core.cpu.amx_min_rows()
     _core.cpu.set_amx_min_rows(16)
     try:

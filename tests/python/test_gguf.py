@@ -176,7 +176,9 @@ def test_sentencepiece_vocab(tmp_path):
     assert tok.decode([1, *ids]) == " hello world"
 
 
-@pytest.mark.parametrize(("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False)])
+@pytest.mark.parametrize(
+    ("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False), (Q.Q5_0, True), (Q.MXFP4, False)]
+)
 def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, qtype, tied=tied)
@@ -187,6 +189,7 @@ def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     for name in ("wqkv", "wo", "w_gate_up", "w_down"):
         kept, reference = quant.layers[1][name], dense.layers[1][name]
         assert isinstance(kept, QuantLinear) and isinstance(reference, torch.Tensor)
+        assert kept.qtype == qtype.name  # read as stored
         # Exact: un-permuting Q/K and fusing move whole rows of blocks.
         assert torch.equal(kept.dequantize(), reference), name
     assert torch.equal(quant.lm_head.dequantize(), dense.lm_head)
@@ -203,16 +206,19 @@ def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
     assert cannot_run(quant, "cpu") is None  # the C++ forward runs it
     kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
-    main = "Q4_1" if qtype == Q.Q4_K else "Q8_0"
-    assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": "Q8_0" if down else main}
-    # Q4_K -> Q4_1 rounds each sub-block's scale and min to float16 (2^-11); -> Q8_0 adds at
-    # most half an int8 step of a 32-block's largest weight (1/254).
-    tolerance = {"Q4_1": 1e-3, "Q8_0": 5e-3}
+    main = "Q4_K" if qtype == Q.Q4_K else "Q8_0"
+    assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": down.name if down else main}
+    # Q4_K and Q6_K are read as stored (the file's bytes, exact); Q5_K -> Q8_0 adds at most half
+    # an int8 step of a 32-block's largest weight (1/254).
+    tolerance = {"Q4_K": 0.0, "Q6_K": 0.0, "Q8_0": 5e-3}
     names = ("wqkv", "wo", "w_gate_up", "w_down")
     pairs = [(quant.layers[1][n], dense.layers[1][n]) for n in names]
     for kept, reference in [*pairs, (quant.embed, dense.embed)]:
         error = (kept.dequantize() - reference).abs().max()
         assert error <= tolerance[kept.qtype] * reference.abs().max(), kept.qtype
+        if kept.qtype in ("Q4_K", "Q6_K"):
+            # The file's size, nothing wider.
+            assert kept.nbytes == reference.numel() // 256 * {"Q4_K": 144, "Q6_K": 210}[kept.qtype]
 
 
 def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):

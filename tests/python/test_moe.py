@@ -97,16 +97,21 @@ def test_early_mixtral_files_with_one_tensor_per_expert(tmp_path):
         assert torch.equal(got[name], tensor), name
 
 
-# K-quants need rows of 256: a wider tiny model. Q4_K experts run as Q4_1 (met.kernels.requant).
+# K-quants need rows of 256: a wider tiny model. Every format here (MXFP4: gpt-oss's experts) runs
+# as stored.
+K_SHAPE = {"hidden": 256, "ffn": 256, "head_dim": 64}
+
+
 @pytest.mark.parametrize(
-    ("qtype", "shape"), [(Q.Q4_1, {}), (Q.Q4_K, {"hidden": 256, "ffn": 256, "head_dim": 64})]
+    ("qtype", "shape"),
+    [(Q.Q4_1, {}), (Q.Q5_0, {}), (Q.MXFP4, {}), (Q.Q4_K, K_SHAPE)],
 )
 def test_the_cpp_forward_runs_quantized_experts_like_the_torch_one(tmp_path, qtype, shape):
     path = tmp_path / "moe.gguf"
     write_family_gguf(path, "qwen3moe", qtype, **shape)
     _, model, _ = load_model(path, device="cpu", weight_format="gguf")
     experts = model.layers[0]["moe"].experts
-    assert {w.qtype for pair in experts.values() for w in pair} == {qtype.name.replace("K", "1")}
+    assert {w.qtype for pair in experts.values() for w in pair} == {qtype.name}
     torch_runner = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
     cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)
     cpp.model = CpuLlama(model, cpp.cache)

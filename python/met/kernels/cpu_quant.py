@@ -1,9 +1,9 @@
 """Linear layers on GGUF-quantized weights for the CPU: met._core.cpu.quant_matmul over tensors.
 
-A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0 or Q4_1) as a uint8 tensor and
-multiplies fp32 activations against them without dequantizing; activations are quantized to int8
-per 32-element block inside the kernel, so results differ from the dequantized float matmul by
-about 1e-3 relative.
+A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K or Q6_K, as
+the file stores them) as a uint8 tensor and multiplies fp32 activations against them without
+dequantizing; activations are quantized to int8 per 32-element block inside the kernel, so
+results differ from the dequantized float matmul by about 1e-3 relative.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import Tensor
 
 from met import _core
 
-QTYPES = ("Q8_0", "Q4_0", "Q4_1")
+QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "MXFP4", "Q4_K", "Q6_K")
 
 
 class QuantLinear:
@@ -23,8 +23,9 @@ class QuantLinear:
     def __init__(self, blocks: Tensor, qtype: str, out_features: int, in_features: int) -> None:
         if qtype not in QTYPES:
             raise ValueError(f"qtype must be one of {QTYPES}, not {qtype!r}")
-        if in_features % 32:
-            raise ValueError(f"in_features must be a multiple of 32, got {in_features}")
+        unit = _core.cpu.block_elements(qtype)
+        if in_features % unit:
+            raise ValueError(f"{qtype} needs in_features a multiple of {unit}, got {in_features}")
         expected = out_features * _core.cpu.row_bytes(qtype, in_features)
         if blocks.dtype != torch.uint8 or blocks.device.type != "cpu":
             raise ValueError("blocks must be a CPU uint8 tensor")
@@ -40,12 +41,16 @@ class QuantLinear:
 
     @classmethod
     def from_float(cls, weight: Tensor, qtype: str) -> QuantLinear:
-        """Quantize a float [out, in] weight with gguf's reference quantizer."""
+        """Quantize a float [out, in] weight with gguf's reference quantizer (which has none for
+        the K-quants: ValueError)."""
         from gguf import GGMLQuantizationType
         from gguf.quants import quantize
 
         array = weight.detach().float().cpu().numpy()
-        packed = quantize(array, GGMLQuantizationType[qtype])
+        try:
+            packed = quantize(array, GGMLQuantizationType[qtype])
+        except NotImplementedError as exc:
+            raise ValueError(f"gguf has no quantizer for {qtype}: {exc}") from exc
         return cls(torch.from_numpy(np.ascontiguousarray(packed)), qtype, *weight.shape)
 
     def dequantize(self) -> Tensor:

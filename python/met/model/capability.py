@@ -162,7 +162,7 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
         if moe is not None:
             linears += [w for pair in moe.experts.values() for w in pair]
     if not all(isinstance(w, QuantLinear) for w in linears):
-        return "some linear weights are not Q8_0/Q4_0/Q4_1 blocks"
+        return "some linear weights are not GGUF blocks the C++ kernels read"
     return None
 
 
