@@ -32,7 +32,11 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
+    GGMLQuantizationType.MXFP4,
 }
+# Formats read as float at load even with keep_blocks, until the C++ matmul reads them in place
+# (MXFP4: gpt-oss's experts). Taking one out here makes its tensors QuantLinear blocks.
+_DEQUANTIZED_AT_LOAD = {GGMLQuantizationType.MXFP4}
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
     "output.weight": "lm_head",
@@ -63,6 +67,9 @@ _EXPERT_NAMES = {
     "ffn_gate_exps.weight": "w_gate",
     "ffn_up_exps.weight": "w_up",
     "ffn_down_exps.weight": "w_down",
+    "ffn_gate_exps.bias": "b_gate",  # gpt-oss: [E, F] (ffn_down_exps.bias: [E, H])
+    "ffn_up_exps.bias": "b_up",
+    "ffn_down_exps.bias": "b_down",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Early Mixtral GGUF files keep one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
@@ -214,8 +221,8 @@ def _dequantize(tensor: Any, path: Path) -> np.ndarray:
     if tensor.tensor_type not in SUPPORTED_TYPES:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which met cannot "
-            "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1 or "
-            "Q2_K..Q6_K"
+            "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1, "
+            "Q2_K..Q6_K or MXFP4"
         )
     try:
         array = dequantize(tensor.data, tensor.tensor_type)
@@ -239,12 +246,13 @@ def unpermute_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     )
 
 
-def _canonical_name(gguf_name: str) -> str | None:
+def _canonical_name(gguf_name: str, family_names: dict[str, str]) -> str | None:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     match = _LAYER_RE.fullmatch(gguf_name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    names = {**_LAYER_NAMES, **family_names}
+    if match and match.group(2) in names:
+        return f"layers.{match.group(1)}.{names[match.group(2)]}"
     if match and match.group(2) in _EXPERT_NAMES:
         return f"layers.{match.group(1)}.{_STACKED}.{_EXPERT_NAMES[match.group(2)]}"
     legacy = _LEGACY_EXPERT_RE.fullmatch(match.group(2)) if match else None
@@ -267,7 +275,11 @@ def _split_experts(name: str, weight: Weight, n_experts: int) -> Iterator[tuple[
                 QuantLinear(part, weight.qtype, rows, weight.in_features),
             )
         return
-    for e, part in enumerate(weight.reshape(n_experts, -1, weight.shape[-1])):
+    bias = name.rsplit(".", 1)[-1].startswith("b_")
+    stacked = (
+        weight.reshape(n_experts, -1) if bias else weight.reshape(n_experts, -1, weight.shape[-1])
+    )
+    for e, part in enumerate(stacked):
         yield name.replace("*", str(e)), part
 
 
@@ -297,7 +309,7 @@ def _tensor_weights(
     file: BinaryIO,
 ) -> Iterator[tuple[str, Weight]]:
     """The weights one GGUF tensor holds: none, itself, or each expert's slice of a stack."""
-    name = _canonical_name(tensor.name)
+    name = _canonical_name(tensor.name, dict(FAMILIES[config.family].gguf_names))
     if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
         name = None  # a router or experts in a file without expert_count
     if name is None and _LAYER_RE.fullmatch(tensor.name):
@@ -311,7 +323,7 @@ def _tensor_weights(
     weight = _weight(tensor, name, config, path, dtype, keep_blocks, file)
     if _STACKED not in name:
         yield name, weight
-    elif len(tensor.shape) != 3 or int(tensor.shape[2]) != config.n_experts:
+    elif len(tensor.shape) not in (2, 3) or int(tensor.shape[-1]) != config.n_experts:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} of shape {list(tensor.shape)} does not stack "
             f"{config.n_experts} experts (expert_count); the file is inconsistent"
@@ -363,7 +375,7 @@ def _read_bytes(file: BinaryIO, tensor: Any) -> np.ndarray:
 
 def _blockwise(name: str, tensor: Any) -> bool:
     # An unsupported format is not blockwise: _dequantize then names it in its error.
-    quantized = tensor.tensor_type in SUPPORTED_TYPES - _FLOAT_TYPES
+    quantized = tensor.tensor_type in SUPPORTED_TYPES - _FLOAT_TYPES - _DEQUANTIZED_AT_LOAD
     return name.endswith(_LINEAR_SUFFIXES) and quantized
 
 
