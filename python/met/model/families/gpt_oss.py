@@ -127,4 +127,5 @@ FAMILY = Family(
         "ffn_gate_inp.bias": "b_router",
     },
     hf_weights=_hf_weights,
+    turn_end_tokens=("<|return|>", "<|call|>"),  # harmony's ends of an assistant turn
 )
