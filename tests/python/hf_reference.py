@@ -126,20 +126,25 @@ def write_gguf(
     names: dict[str, str] | None = None,
     metadata=None,
     convert=None,
+    tokenizer=None,
 ) -> Path:
     """The model's weights as llama.cpp's converter writes `arch`: linear weights in `qtype`,
     norms F32, Q/K rows interleaved when `permuted`; `names` overrides GGUF_LAYER; `metadata`
     (a function of the writer) adds the family's keys; `convert(suffix, tensor, qtype)`, where
     it returns a list of (GGUF layer tensor name, tensor, format), writes a layer tensor the
-    family's own way (gpt-oss's stacked experts)."""
+    family's own way (gpt-oss's stacked experts); `tokenizer(writer)` writes the tokenizer and
+    template instead of the byte-level one with a Qwen-style template."""
     c = model.config
     w = gguf.GGUFWriter(str(path), arch)
     add_shape(w, c.num_hidden_layers, c.max_position_embeddings, c.hidden_size, c.intermediate_size)
     theta = c.rope_parameters["rope_theta"]
     heads, kv_heads = c.num_attention_heads, c.num_key_value_heads
     add_attention(w, heads, kv_heads, theta, c.rms_norm_eps, head_dim=c.head_dim)
-    add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
-    w.add_chat_template(QWEN3_TEMPLATE)
+    if tokenizer is not None:
+        tokenizer(w)
+    else:
+        add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
+        w.add_chat_template(QWEN3_TEMPLATE)
     if metadata is not None:
         metadata(w)
     layer_names = {**GGUF_LAYER, **(names or {})}

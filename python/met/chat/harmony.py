@@ -270,9 +270,9 @@ def _merged(events: list[ChatEvent]) -> list[ChatEvent]:
 def forced_call_grammar(tools: list[Any], budget: int | None) -> str:
     """A Lark grammar (llguidance) for tool_choice required/named in harmony's syntax: an
     optional analysis message (at most `budget` tokens), then one call of one of `tools`,
-    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>`, the
-    arguments `%json` of the tool's schema; special tokens by id. One call: <|call|> ends the
-    turn (the client answers it before the model goes on), so parallel calls are sequential."""
+    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS`, the arguments
+    `%json` of the tool's schema; special tokens by id. One call: <|call|> ends the turn (the
+    client answers it before the model goes on), so parallel calls are sequential."""
     from met.chat.constrain import json_rule, lit
 
     enc = encoding()
@@ -296,5 +296,6 @@ def forced_call_grammar(tools: list[Any], budget: int | None) -> str:
             f"{tok('<|message|>')} args_{i}"
         )
     rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
-    rules.append(f"start: analysis? call {tok('<|call|>')}")
+    # <|call|> is a stop token: the output ends where the grammar does, as the model's would.
+    rules.append("start: analysis? call")
     return "\n".join(rules) + "\n"
