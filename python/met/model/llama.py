@@ -22,7 +22,7 @@ from met.model.kv_cache import PagedKvCache
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, clamped_swiglu, take_moe_block
 from met.model.rope import rope_table, rotate_half
-from met.model.sinks import with_sink_column
+from met.model.sinks import grouped_sinks, with_sink_column
 from met.model.softcap import softcapped_attention
 
 IntArray = Tensor | np.ndarray | Sequence[int]
@@ -333,10 +333,7 @@ class LlamaModel:
         c = self.config
         n_q = q.shape[0]
         qg = q.permute(1, 0, 2).reshape(1, c.n_kv_heads, self.groups * n_q, c.head_dim)
-        # Row g * n_q + i of KV head h is query i of head h * groups + g.
-        row_sinks = None if sinks is None else sinks.view(-1, self.groups, 1).expand(-1, -1, n_q)
-        if row_sinks is not None:
-            row_sinks = row_sinks.reshape(1, c.n_kv_heads, self.groups * n_q)
+        row_sinks = None if sinks is None else grouped_sinks(sinks, self.groups, n_q)
         kt, vt = keys.transpose(0, 1)[None], values.transpose(0, 1)[None]
         out = self._sdpa(qg, kt, vt, mask, row_sinks)
         return out.view(c.n_heads, n_q, c.head_dim).transpose(0, 1).reshape(n_q, -1)

@@ -25,3 +25,10 @@ def with_sink_column(
     column = sinks.to(mask.dtype)[..., None].expand(*rows, 1)
     mask = torch.cat([mask.expand(*rows, mask.shape[-1]), column], dim=-1)
     return keys, values, mask
+
+
+def grouped_sinks(sinks: Tensor, groups: int, n_q: int) -> Tensor:
+    """[1, n_kv_heads, groups * n_q]: the sink of each query row of a grouped-query prefill,
+    where row g * n_q + i of KV head h is query i of head h * groups + g."""
+    per_head = sinks.view(-1, groups, 1).expand(-1, -1, n_q)
+    return per_head.reshape(1, -1, groups * n_q)
