@@ -52,14 +52,24 @@ cpu::LayerWeights parse_layer(const py::dict& d) {
   l.rope_cos = optional("rope_cos");
   l.rope_sin = optional("rope_sin");
   if (d.contains("window")) l.window = d["window"].cast<int64_t>();
+  l.sinks = optional("sinks");
+  l.bo = optional("bo");
   l.qk_norm_full = d.contains("qk_norm_full") && d["qk_norm_full"].cast<bool>();
   l.no_rope = d.contains("no_rope") && d["no_rope"].cast<bool>();
   if (d.contains("router")) {  // a MoE layer: [(gate_up, down)] per expert
     l.router = ptr<const float>(d["router"].cast<uintptr_t>());
+    l.router_bias = optional("router_bias");
     for (const py::handle expert : d["experts"].cast<py::list>()) {
       const auto pair = expert.cast<py::tuple>();
       l.expert_gate_up.push_back(parse_weight(pair[0]));
       l.expert_down.push_back(parse_weight(pair[1]));
+    }
+    if (d.contains("expert_biases")) {  // [(b_gate_up, b_down)] per expert (gpt-oss)
+      for (const py::handle biases : d["expert_biases"].cast<py::list>()) {
+        const auto pair = biases.cast<py::tuple>();
+        l.expert_b_gate_up.push_back(ptr<const float>(pair[0].cast<uintptr_t>()));
+        l.expert_b_down.push_back(ptr<const float>(pair[1].cast<uintptr_t>()));
+      }
     }
     return l;
   }
@@ -86,6 +96,11 @@ cpu::LlamaDims parse_dims(const py::dict& d) {
     dims.n_experts = d["n_experts"].cast<int64_t>();
     dims.n_experts_used = d["n_experts_used"].cast<int64_t>();
     dims.moe_norm_topk = d["moe_norm_topk"].cast<bool>();
+    dims.moe_topk_softmax = d.contains("moe_topk_softmax") && d["moe_topk_softmax"].cast<bool>();
+  }
+  if (d.contains("swiglu_limit")) {
+    dims.swiglu_limit = d["swiglu_limit"].cast<float>();
+    dims.swiglu_alpha = d["swiglu_alpha"].cast<float>();
   }
   if (d.contains("attn_scale")) dims.attn_scale = d["attn_scale"].cast<float>();
   if (d.contains("attn_softcap")) dims.attn_softcap = d["attn_softcap"].cast<float>();

@@ -20,16 +20,20 @@ ROPE = {
 EXPERT_WEIGHTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 
 
-def mxfp4_round(weight: torch.Tensor) -> torch.Tensor:
-    """An HF expert tensor [E, in, out] rounded to MXFP4 by ggml's quantizer (blocks along
-    `in`), so that a file of MXFP4 experts holds exactly the reference's weights."""
-    rows = weight.transpose(1, 2).contiguous().numpy()
-    packed = gguf.quants.quantize(rows, Q.MXFP4)
-    return torch.from_numpy(gguf.quants.dequantize(packed, Q.MXFP4)).transpose(1, 2)
+def gguf_round(weight: torch.Tensor, qtype: Q) -> torch.Tensor:
+    """A linear weight [out, in] or an HF expert tensor [E, in, out] rounded to `qtype` by
+    ggml's quantizer (blocks along `in`, as the GGUF file stores them), so that a file in that
+    format holds exactly the reference's weights."""
+    stacked = weight.dim() == 3
+    rows = (weight.transpose(1, 2) if stacked else weight).contiguous().numpy()
+    values = torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(rows, qtype), qtype))
+    return values.transpose(1, 2) if stacked else values
 
 
-def gpt_oss_model(truncate: bool = False, mxfp4: bool = False, **overrides: object):
-    """The tiny gpt-oss; truncate: YaRN's rounded ramp (llama.cpp's, so the GGUF reference)."""
+def gpt_oss_model(truncate: bool = False, rounded: Q | None = None, **overrides: object):
+    """The tiny gpt-oss; truncate: YaRN's rounded ramp (llama.cpp's, so the GGUF reference);
+    rounded: the experts (MXFP4), or every linear weight but the router (Q8_0), rounded to the
+    format the file will hold."""
     model = build_hf(
         "gpt_oss",
         num_local_experts=EXPERTS,
@@ -43,8 +47,11 @@ def gpt_oss_model(truncate: bool = False, mxfp4: bool = False, **overrides: obje
         for name, param in model.named_parameters():
             if param.dim() == 3:  # build_hf draws these N(0, 1): scale by fan-in as linears
                 param /= param.shape[1] ** 0.5
-            if mxfp4 and name.endswith(EXPERT_WEIGHTS):
-                param.copy_(mxfp4_round(param))
+            linear = param.dim() == 2 and "router" not in name
+            if rounded is not None and (
+                name.endswith(EXPERT_WEIGHTS) or rounded != Q.MXFP4 and linear
+            ):
+                param.copy_(gguf_round(param, rounded))
     return model
 
 

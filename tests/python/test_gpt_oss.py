@@ -13,6 +13,7 @@ import pytest
 import torch
 from gpt_oss_fixtures import EXPERT_WEIGHTS, WINDOW, gpt_oss_gguf, gpt_oss_model
 from hf_reference import (
+    STEPS,
     Q,
     assert_greedy_batch_invariant,
     assert_matches_transformers,
@@ -20,20 +21,34 @@ from hf_reference import (
     hf_logits,
     save_hf,
 )
+from model_fixtures import PagedRunner, stepped_logits
 from safetensors.torch import load_file, save_file
 
-import met
 from met.gguf_loader import open_gguf, read_config
 from met.hf_loader import read_hf_config
-from met.model.capability import CLAMPED_SWIGLU, SINKS, TOPK_ROUTER, missing, refusal
-from met.model.config import ModelLoadError
+from met.model.capability import (
+    CLAMPED_SWIGLU,
+    MOE,
+    ROPE_MAGNITUDE,
+    SINKS,
+    SLIDING,
+    TOPK_ROUTER,
+    cannot_run,
+    missing,
+    refusal,
+)
+from met.model.cpu_llama import CpuLlama
 from met.model.mxfp4 import dequantize_hf_mxfp4
 from met.model.sinks import with_sink_column
+from met.models import load_model
 from met.parallel.shard import ShardError, check_divisible
 
 # Float32 everywhere (MXFP4 experts: the reference holds the same rounded weights): met and
 # transformers differ in summation order only.
 TOL = 1e-5
+# The C++ forward against the torch one over the same blocks: the C++ attention multiplies P.V
+# in bf16 (test_moe's bound for the same reason).
+TOL_CPP = 2e-2
 
 
 def _hf_mxfp4_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,15 +78,45 @@ def _save_hf_mxfp4(model, folder):
 
 @pytest.mark.parametrize("kind", ["hf", "hf_mxfp4", "f32", "mxfp4"])
 def test_gpt_oss_matches_transformers(tmp_path, kind):
-    model = gpt_oss_model(truncate=not kind.startswith("hf"), mxfp4=kind.endswith("mxfp4"))
+    rounded = Q.MXFP4 if kind.endswith("mxfp4") else None
+    model = gpt_oss_model(truncate=not kind.startswith("hf"), rounded=rounded)
     if kind == "hf":
         path = save_hf(model, tmp_path / "gpt_oss")
     elif kind == "hf_mxfp4":
         path = _save_hf_mxfp4(model, tmp_path / "gpt_oss")
     else:
         path = gpt_oss_gguf(model, tmp_path / "g.gguf", Q.MXFP4 if kind == "mxfp4" else Q.F32)
-    # The C++ forward refuses gpt-oss (sinks, routing, activation): the torch forward runs it.
+    # MXFP4 experts are float at load (until the C++ matmul reads MXFP4), float weights are not
+    # blocks: the torch forward runs these files.
     assert assert_matches_transformers(path, hf_logits(model), TOL) == ["torch"]
+
+
+def test_the_cpp_forward_runs_gpt_oss_like_the_torch_one(tmp_path):
+    # Every linear weight but the router in Q8_0 blocks, the reference holding the same values.
+    # The routers scaled by 4: wider top-2 margins than the int8 activations' noise, which
+    # otherwise flips a near-tied expert on one forward (measured: 11% of the largest logit on
+    # one token, where both int8 forwards also part from transformers' float one).
+    model = gpt_oss_model(truncate=True, rounded=Q.Q8_0)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.router.weight *= 4.0
+    path = gpt_oss_gguf(model, tmp_path / "q.gguf", Q.Q8_0, Q.Q8_0)
+    want = hf_logits(model)
+    _, dense, _ = load_model(path, device="cpu", weight_format="dequantized")
+    runner = PagedRunner(dense, num_blocks=32, block_size=4, seed=1)
+    for seq, logits in stepped_logits(runner, STEPS, want).items():
+        atol = TOL * want[seq].abs().max().item()
+        torch.testing.assert_close(logits, want[seq], atol=atol, rtol=0, msg=seq)
+    # The blocks: the C++ forward (sinks, biases, top-k softmax routing, the clamped SwiGLU)
+    # against the torch forward over the same blocks and matmul kernels.
+    _, blocks, _ = load_model(path, device="cpu", weight_format="gguf")
+    assert cannot_run(blocks, "cpu") is None
+    torch_runner = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
+    cpp = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
+    cpp.model = CpuLlama(blocks, cpp.cache)
+    for rows in STEPS:
+        for got, ref in zip(cpp.step(rows), torch_runner.step(rows), strict=True):
+            torch.testing.assert_close(got, ref, atol=TOL_CPP * ref.abs().max().item(), rtol=0)
 
 
 def test_gpt_oss_plan_and_capability(tmp_path):
@@ -82,10 +127,18 @@ def test_gpt_oss_plan_and_capability(tmp_path):
     assert {(s.mlp, s.router, s.sinks, s.rope) for s in specs} == {
         ("moe", "topk_softmax", True, "global")
     }
-    assert missing(config, "torch") == []
-    assert missing(config, "cpu") == [SINKS, TOPK_ROUTER, CLAMPED_SWIGLU]
-    assert refusal(config, "cpu") == (
-        "gpt_oss: the C++ CPU forward does not implement attention sinks, top-k softmax "
+    assert missing(config, "torch") == [] and missing(config, "cpu") == []
+    assert missing(config, "cuda") == [
+        SLIDING,
+        MOE,
+        ROPE_MAGNITUDE,
+        SINKS,
+        TOPK_ROUTER,
+        CLAMPED_SWIGLU,
+    ]
+    assert refusal(config, "cuda") == (
+        "gpt_oss: the CUDA forward does not implement sliding-window attention, "
+        "mixture-of-experts MLPs, scaled RoPE magnitude, attention sinks, top-k softmax "
         "routing, clamped SwiGLU experts; the torch forward runs it (--weight-format dequantized)"
     )
     folder = read_hf_config(save_hf(gpt_oss_model(), tmp_path / "gpt_oss"))
@@ -125,14 +178,11 @@ def test_sink_column_is_the_sink_in_the_softmax_denominator():
 
 
 def test_gpt_oss_greedy_is_batch_invariant(tmp_path):
-    # auto: the torch forward on float weights (MXFP4 dequantized at load, until the C++
-    # forward runs gpt-oss); gguf blocks are refused in one line.
-    path = gpt_oss_gguf(gpt_oss_model(truncate=True), tmp_path / "g.gguf", Q.MXFP4)
-    assert_greedy_batch_invariant(path, ("auto", "dequantized"))
-    with pytest.raises(
-        ModelLoadError, match=r"C\+\+ CPU forward does not implement attention sinks"
-    ):
-        met.LLM(model=str(path), device="cpu", weight_format="gguf")
+    # Q8_0 blocks: the C++ forward (gguf) and the torch one; MXFP4 experts, float at load: the
+    # torch forward whatever the format asked.
+    model = gpt_oss_model(truncate=True)
+    assert_greedy_batch_invariant(gpt_oss_gguf(model, tmp_path / "q.gguf", Q.Q8_0, Q.Q8_0))
+    assert_greedy_batch_invariant(gpt_oss_gguf(model, tmp_path / "m.gguf", Q.MXFP4))
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ ASK = [{"role": "user", "content": "What is the weather in Oslo?"}]
 def server(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("gpt_oss_harmony")
     model = gpt_oss_model(
-        truncate=True, mxfp4=True, vocab_size=N_VOCAB, max_position_embeddings=2048
+        truncate=True, rounded=Q.MXFP4, vocab_size=N_VOCAB, max_position_embeddings=2048
     )
     path = gpt_oss_gguf(model, folder / "g.gguf", Q.MXFP4, Q.Q8_0, add_harmony_tokenizer)
     # A short server thinking budget: a random model's analysis ends there in a forced call.

@@ -72,7 +72,7 @@ FEATURES = (
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
     "torch": frozenset(FEATURES) - {RECURRENT},
-    "cpu": frozenset(FEATURES) - {RECURRENT, SINKS, TOPK_ROUTER, CLAMPED_SWIGLU},
+    "cpu": frozenset(FEATURES) - {RECURRENT},
     "cuda": frozenset(),
 }
 

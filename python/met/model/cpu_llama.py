@@ -92,7 +92,10 @@ class CpuLlama:
                 "n_experts": c.n_experts,
                 "n_experts_used": c.n_experts_used,
                 "moe_norm_topk": c.moe_norm_topk,
+                "moe_topk_softmax": any(s.router == "topk_softmax" for s in model.specs),
             }
+        if c.activation == "swiglu_clamped":
+            dims |= {"swiglu_limit": c.swiglu_limit, "swiglu_alpha": c.swiglu_alpha}
         layers = [
             {
                 "attn_norm": _address(layer["attn_norm"]),
@@ -101,6 +104,8 @@ class CpuLlama:
                 "q_norm": _address(layer["q_norm"]),
                 "k_norm": _address(layer["k_norm"]),
                 "wo": _weight(layer["wo"]),
+                "bo": _address(layer["bo"]),
+                "sinks": _address(layer["sinks"]),
                 "mlp_norm": _address(layer["mlp_norm"]),
                 **_mlp_spec(layer),
                 "window": spec.window or 0,
@@ -194,10 +199,15 @@ def _mlp_spec(layer: dict) -> dict:
     if moe is None:
         return {name: _weight(layer[name]) for name in _MLP_NAMES}
     experts = [moe.experts[e] for e in range(moe.n_experts)]
-    return {
+    spec = {
         "router": _address(moe.router),
+        "router_bias": _address(moe.router_bias),
         "experts": [(_weight(gate_up), _weight(down)) for gate_up, down in experts],
     }
+    if moe.biases:  # gpt-oss: every expert's gate/up and down biases
+        biases = [moe.biases[e] for e in range(moe.n_experts)]
+        spec["expert_biases"] = [(_address(gu), _address(down)) for gu, down in biases]
+    return spec
 
 
 def _dense_table(table: Tensor) -> Tensor:
