@@ -143,6 +143,9 @@ def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig
     eos = [field_value(reader, f"tokenizer.ggml.{k}") for k in eos_keys]
     # A turn may end with a token other than EOS (Gemma's <end_of_turn>: llama.cpp stops there).
     eos += [tokens.index(t) for t in family.turn_end_tokens if t in tokens]
+    # A token the family never ends on (gpt-oss's <|end|>), even where the file names it.
+    never = {tokens.index(t) for t in family.not_end_tokens if t in tokens}
+    eos = [e for e in eos if e not in never]
     config = ModelConfig(
         architecture=arch,
         family=family.name,

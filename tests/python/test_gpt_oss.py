@@ -11,6 +11,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
+from gguf_writing import SPECIALS, add_bpe_tokenizer, bpe_vocab
 from gpt_oss_fixtures import EXPERT_WEIGHTS, WINDOW, gpt_oss_gguf, gpt_oss_model
 from hf_reference import (
     STEPS,
@@ -198,3 +199,21 @@ def test_tensor_parallel_refuses_sinks_in_one_line(tmp_path):
     with pytest.raises(ShardError, match="attention sinks and biased experts"):
         check_divisible(config, 2)
     check_divisible(config, 1)
+
+
+def test_a_turn_ends_at_return_and_call_never_at_end(tmp_path):
+    # As llama.cpp reads o200k_harmony files: <|end|> closes one message of a turn (analysis
+    # before the answer), so it ends no generation even where the file names it as EOT.
+    specials = [*SPECIALS, "<|end|>", "<|return|>", "<|call|>"]
+
+    def tokenizer(w: gguf.GGUFWriter) -> None:
+        add_bpe_tokenizer(w, "qwen2", bos=0, eos=specials.index("<|return|>"), specials=specials)
+        w.add_eot_token_id(specials.index("<|end|>"))
+
+    model = gpt_oss_model(truncate=True, vocab_size=len(bpe_vocab(specials)))
+    path = gpt_oss_gguf(model, tmp_path / "g.gguf", tokenizer=tokenizer)
+    config = read_config(open_gguf(path), path)
+    assert sorted(config.eos_token_ids) == [
+        specials.index("<|return|>"),
+        specials.index("<|call|>"),
+    ]

@@ -128,4 +128,5 @@ FAMILY = Family(
     },
     hf_weights=_hf_weights,
     turn_end_tokens=("<|return|>", "<|call|>"),  # harmony's ends of an assistant turn
+    not_end_tokens=("<|end|>",),  # ends one message of the turn (analysis before final)
 )

@@ -130,3 +130,6 @@ class Family:
     hf_text_prefixes: tuple[str, ...] = ()  # multimodal checkpoints: where the text model is
     hf_weights: Callable[[dict[str, Tensor]], None] = _unchanged
     turn_end_tokens: tuple[str, ...] = ()  # also end generation (Gemma's <end_of_turn>)
+    # Never end generation, even where a file names them (gpt-oss's <|end|>, between the
+    # messages of one harmony turn: llama.cpp drops it from its end-of-generation set too).
+    not_end_tokens: tuple[str, ...] = ()
