@@ -49,7 +49,8 @@ def _common(config: ModelConfig) -> None:
 def _hf_config(config: ModelConfig, raw: dict[str, Any]) -> None:
     _common(config)
     config.n_experts = int(raw["num_local_experts"])
-    config.n_experts_used = int(raw["num_experts_per_tok"])
+    # OpenAI's config.json names it both ways; transformers reads num_experts_per_tok.
+    config.n_experts_used = int(raw.get("num_experts_per_tok") or raw["experts_per_token"])
     config.swiglu_limit = float(raw.get("swiglu_limit", 7.0))
     config.swiglu_alpha = float(raw.get("swiglu_alpha", 1.702))
     types = raw.get("layer_types") or [
