@@ -150,7 +150,7 @@ void bind_cpu_kernels(py::module_& m) {
       [](uintptr_t q, uintptr_t k_cache, uintptr_t v_cache, uintptr_t out, int64_t n_rows,
          uintptr_t cu_seqlens, uintptr_t seq_lens, uintptr_t block_tables, int64_t table_stride,
          int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t block_size, float scale,
-         int n_threads, bool kv_half, int64_t window) {
+         int n_threads, bool kv_half, int64_t window, uintptr_t sinks) {
         if (n_rows < 0 || n_kv_heads <= 0 || n_heads <= 0 || n_heads % n_kv_heads != 0 ||
             head_dim <= 0 || block_size <= 0) {
           throw py::value_error(
@@ -163,8 +163,8 @@ void bind_cpu_kernels(py::module_& m) {
         const cpu::AttnRows rows{n_rows, reinterpret_cast<const int32_t*>(cu_seqlens),
                                  reinterpret_cast<const int32_t*>(seq_lens),
                                  reinterpret_cast<const int32_t*>(block_tables), table_stride};
-        const cpu::AttnShape shape{n_heads, n_kv_heads, head_dim, block_size,
-                                   scale,   kv_half,    window};
+        cpu::AttnShape shape{n_heads, n_kv_heads, head_dim, block_size, scale, kv_half, window};
+        shape.sinks = reinterpret_cast<const float*>(sinks);
         const auto* qp = reinterpret_cast<const float*>(q);
         const auto* kp = reinterpret_cast<const void*>(k_cache);
         const auto* vp = reinterpret_cast<const void*>(v_cache);
@@ -183,10 +183,12 @@ void bind_cpu_kernels(py::module_& m) {
       py::arg("cu_ptr"), py::arg("seq_lens_ptr"), py::arg("tables_ptr"), py::arg("table_stride"),
       py::arg("n_heads"), py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("block_size"),
       py::arg("scale"), py::arg("n_threads") = 0, py::arg("kv_half") = false, py::arg("window") = 0,
+      py::arg("sinks_ptr") = 0,
       "causal paged attention over one layer's KV pool, fp32 or fp16 with kv_half (see "
       "csrc/cpu/attention.h); int32 "
       "cu_seqlens/seq_lens/block_tables; n_threads > 0 runs a team of that many threads, 0 runs "
-      "serially; window > 0: a query at position p attends to keys p - window + 1 .. p only");
+      "serially; window > 0: a query at position p attends to keys p - window + 1 .. p only; "
+      "sinks_ptr: [n_heads] fp32 sink logits in each head's softmax denominator (0: none)");
 }
 
 }  // namespace met::bindings

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bindings/cpu_common.h"
 #include "cpu/llama_forward.h"
@@ -17,7 +18,24 @@ namespace met::bindings {
 
 namespace {
 
-// A `const float*` member read and written as an integer address (0: none).
+// A `const float*` member read and written as an integer address (0: none), and a list of them.
+template <typename C>
+void addresses(py::class_<C>& c, const char* name, std::vector<const float*> C::*member,
+               const char* doc) {
+  c.def_property(
+      name,
+      [member](const C& self) {
+        std::vector<uintptr_t> out;
+        for (const float* p : self.*member) out.push_back(reinterpret_cast<uintptr_t>(p));
+        return out;
+      },
+      [member](C& self, const std::vector<uintptr_t>& in) {
+        (self.*member).clear();
+        for (uintptr_t a : in) (self.*member).push_back(reinterpret_cast<const float*>(a));
+      },
+      doc);
+}
+
 template <typename C>
 void address(py::class_<C>& c, const char* name, const float* C::*member, const char* doc) {
   c.def_property(
@@ -66,6 +84,13 @@ void bind_layer(py::module_& cpu) {
   address(l, "post_mlp_norm", &cpu::LayerWeights::post_mlp_norm, "float32 [dim]; 0: none");
   address(l, "rope_cos", &cpu::LayerWeights::rope_cos, "this layer's own table; 0: the model's");
   address(l, "rope_sin", &cpu::LayerWeights::rope_sin, "this layer's own table; 0: the model's");
+  address(l, "sinks", &cpu::LayerWeights::sinks, "float32 [n_heads] sink logits; 0: none");
+  address(l, "bo", &cpu::LayerWeights::bo, "float32 [dim] output projection bias; 0: none");
+  address(l, "router_bias", &cpu::LayerWeights::router_bias, "float32 [n_experts]; 0: none");
+  addresses(l, "expert_b_gate_up", &cpu::LayerWeights::expert_b_gate_up,
+            "float32 [2 * ffn] per expert; empty: none");
+  addresses(l, "expert_b_down", &cpu::LayerWeights::expert_b_down,
+            "float32 [dim] per expert; empty: none");
 }
 
 void bind_dims(py::module_& cpu) {
@@ -87,6 +112,9 @@ void bind_dims(py::module_& cpu) {
       .def_readwrite("n_experts", &D::n_experts)
       .def_readwrite("n_experts_used", &D::n_experts_used)
       .def_readwrite("moe_norm_topk", &D::moe_norm_topk)
+      .def_readwrite("moe_topk_softmax", &D::moe_topk_softmax)
+      .def_readwrite("swiglu_limit", &D::swiglu_limit)
+      .def_readwrite("swiglu_alpha", &D::swiglu_alpha)
       .def_readwrite("attn_scale", &D::attn_scale)
       .def_readwrite("attn_softcap", &D::attn_softcap)
       .def_readwrite("final_softcap", &D::final_softcap)

@@ -37,6 +37,10 @@ struct AttnShape {
   // Gemma 2: scores (after `scale`) squashed to softcap * tanh(score / softcap) before the
   // softmax; 0: none.
   float softcap = 0.0f;
+  // gpt-oss's attention sinks: [n_heads] logits (before `scale`'s units: raw) that join each
+  // head's softmax denominator with no value, so a row's weights sum to less than 1; nullptr:
+  // none.
+  const float* sinks = nullptr;
 };
 
 // q: [T, n_heads, head_dim] fp32 (T = cu_seqlens[n_rows]); k_cache, v_cache: ONE layer's pool,

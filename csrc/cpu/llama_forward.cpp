@@ -256,6 +256,7 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
       d.kv_half};
   shape.window = w.window;
   shape.softcap = d.attn_softcap;
+  shape.sinks = w.sinks;
   const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
   detail::paged_attention_with(attend_, q_.data(), kv_at(k_cache_, layer_offset),
                                kv_at(v_cache_, layer_offset), attn_.data(), batch.rows, shape);
@@ -269,6 +270,16 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
   barrier_.wait();
   matmul_acts_team(acts, w.wo.data, delta_.data(), n_tokens, d.dim, q_width, w.wo.q, isa_);
   barrier_.wait();
+  if (w.bo != nullptr) {
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float* row = delta_.data() + t * d.dim;
+      for (int64_t i = 0; i < d.dim; ++i) row[i] += w.bo[i];
+    }
+    barrier_.wait();
+  }
 }
 
 void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens) {

@@ -70,6 +70,14 @@ struct LayerWeights {
   // This layer's attention window (keys p - window + 1 .. p for a query at p); 0: the whole
   // context.
   int64_t window = 0;
+  // gpt-oss: attention sinks [n_heads] (AttnShape::sinks), the output projection's bias [dim],
+  // the router's bias [n_experts] and each expert's gate/up [2 * ffn] (gate, then up) and down
+  // [dim] biases, in expert order; null and empty: none.
+  const float* sinks = nullptr;
+  const float* bo = nullptr;
+  const float* router_bias = nullptr;
+  std::vector<const float*> expert_b_gate_up;
+  std::vector<const float*> expert_b_down;
 };
 
 struct LlamaDims {
@@ -90,6 +98,13 @@ struct LlamaDims {
   int64_t n_experts = 0;
   int64_t n_experts_used = 0;
   bool moe_norm_topk = true;
+  // gpt-oss's routing: the top n_experts_used router logits, then a softmax over those (the
+  // same numbers as softmax-then-renormalise; moe_norm_topk is not read).
+  bool moe_topk_softmax = false;
+  // gpt-oss's clamped SwiGLU in the experts (ops.h clamped_swiglu_row) with this limit and
+  // alpha; limit 0: SiLU.
+  float swiglu_limit = 0.0f;
+  float swiglu_alpha = 1.702f;
   // Gemma: the attention score scale (0: 1 / sqrt(head_dim)), the final logits' tanh soft-cap
   // (0: none), the embeddings' scale and GeLU(tanh) instead of SiLU in the gated MLP.
   float attn_scale = 0.0f;
@@ -160,7 +175,9 @@ class LlamaForward {
   // run each expert's matmuls over its rows, and sum each token's k outputs into delta_.
   void moe_block(const LayerWeights& w, int64_t n_tokens);
   void route_tokens(const LayerWeights& w, int64_t n_tokens);
+  void topk_softmax(const float* logits, int64_t t);  // token t's experts and weights
   void group_by_expert(int64_t n_tokens);
+  int64_t expert_of_row(int64_t row) const;  // the expert whose run of sorted rows holds `row`
   void check_experts(const LayerWeights& l) const;
   // Token t's residual row, after adding the last sublayer's output when add_delta, normalized
   // with `norm` into h_ and quantized there for the next matmul.

@@ -41,6 +41,11 @@ detail::QuantActs acts_from(const detail::QuantActs& acts, int64_t first, int64_
 
 }  // namespace
 
+int64_t LlamaForward::expert_of_row(int64_t row) const {
+  const auto* starts = expert_start_.data();
+  return std::upper_bound(starts, starts + dims_.n_experts + 1, row) - starts - 1;
+}
+
 void LlamaForward::check_experts(const LayerWeights& l) const {
   const LlamaDims& d = dims_;
   auto fail = [](const std::string& what) { throw std::invalid_argument("LlamaForward: " + what); };
@@ -49,6 +54,17 @@ void LlamaForward::check_experts(const LayerWeights& l) const {
   if (static_cast<int64_t>(l.expert_gate_up.size()) != d.n_experts ||
       static_cast<int64_t>(l.expert_down.size()) != d.n_experts) {
     fail("each MoE layer needs " + std::to_string(d.n_experts) + " experts");
+  }
+  const auto n_biases = static_cast<int64_t>(l.expert_b_gate_up.size());
+  if ((n_biases != 0 && n_biases != d.n_experts) ||
+      static_cast<int64_t>(l.expert_b_down.size()) != n_biases) {
+    fail("expert biases come for every expert, gate/up and down");
+  }
+  for (int64_t e = 0; e < n_biases; ++e) {
+    if (l.expert_b_gate_up[static_cast<size_t>(e)] == nullptr ||
+        l.expert_b_down[static_cast<size_t>(e)] == nullptr) {
+      fail("expert " + std::to_string(e) + "'s biases are null");
+    }
   }
   for (int64_t e = 0; e < d.n_experts; ++e) {
     const QuantWeight& gu = l.expert_gate_up[static_cast<size_t>(e)];
@@ -74,7 +90,12 @@ void LlamaForward::route_tokens(const LayerWeights& w, int64_t n_tokens) {
     float top = -INFINITY;
     for (int64_t e = 0; e < n_exp; ++e) {
       probs[e] = dot(h, w.router + e * d.dim, d.dim);
+      if (w.router_bias != nullptr) probs[e] += w.router_bias[e];
       top = std::max(top, probs[e]);
+    }
+    if (d.moe_topk_softmax) {
+      topk_softmax(probs, t);
+      continue;
     }
     float sum = 0.0f;
     for (int64_t e = 0; e < n_exp; ++e) sum += (probs[e] = std::exp(probs[e] - top));
@@ -95,6 +116,25 @@ void LlamaForward::route_tokens(const LayerWeights& w, int64_t n_tokens) {
       pair_weight_[t * k + j] = d.moe_norm_topk ? probs[ids[j]] / picked : probs[ids[j]];
     }
   }
+}
+
+void LlamaForward::topk_softmax(const float* logits, int64_t t) {
+  // gpt-oss: the k largest logits (the lower expert id first among equals), then exp(l - max)
+  // over them divided by their sum; the max is the first pick's.
+  const int64_t n_exp = dims_.n_experts, k = dims_.n_experts_used;
+  int32_t* ids = pair_expert_.data() + t * k;
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n_exp; ++e) {
+      if (std::find(ids, ids + j, e) != ids + j) continue;
+      if (best < 0 || logits[e] > logits[best]) best = e;
+    }
+    ids[j] = best;
+  }
+  float* weights = pair_weight_.data() + t * k;
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) sum += (weights[j] = std::exp(logits[ids[j]] - logits[ids[0]]));
+  for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
 }
 
 void LlamaForward::group_by_expert(int64_t n_tokens) {
@@ -154,8 +194,17 @@ void LlamaForward::moe_block(const LayerWeights& w, int64_t n_tokens) {
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t r = 0; r < n_pairs; ++r) {
-    const float* gate = gate_up_.data() + r * 2 * d.ffn;
-    silu_mul_row(gate, gate + d.ffn, act_.data() + r * d.ffn, d.ffn);
+    float* gate = gate_up_.data() + r * 2 * d.ffn;
+    if (!w.expert_b_gate_up.empty()) {
+      const float* bias = w.expert_b_gate_up[static_cast<size_t>(expert_of_row(r))];
+      for (int64_t i = 0; i < 2 * d.ffn; ++i) gate[i] += bias[i];
+    }
+    if (d.swiglu_limit > 0.0f) {
+      clamped_swiglu_row(gate, gate + d.ffn, act_.data() + r * d.ffn, d.ffn, d.swiglu_limit,
+                         d.swiglu_alpha);
+    } else {
+      silu_mul_row(gate, gate + d.ffn, act_.data() + r * d.ffn, d.ffn);
+    }
     quantize_act_row(act_.data(), d.ffn, r, acts, isa_);
   }
   barrier_.wait();
@@ -176,7 +225,13 @@ void LlamaForward::moe_block(const LayerWeights& w, int64_t n_tokens) {
     for (int64_t j = 0; j < k; ++j) {
       const float weight = pair_weight_[t * k + j];
       const float* y = expert_out_.data() + static_cast<int64_t>(pair_row_[t * k + j]) * d.dim;
-      for (int64_t i = 0; i < d.dim; ++i) out[i] += weight * y[i];
+      if (w.expert_b_down.empty()) {
+        for (int64_t i = 0; i < d.dim; ++i) out[i] += weight * y[i];
+        continue;
+      }
+      // The expert's output with its bias, then weighted (the torch forward's order).
+      const float* bias = w.expert_b_down[static_cast<size_t>(pair_expert_[t * k + j])];
+      for (int64_t i = 0; i < d.dim; ++i) out[i] += weight * (y[i] + bias[i]);
     }
   }
   barrier_.wait();

@@ -1,6 +1,7 @@
 // Per-token elementwise kernels of the CPU model (see ops.h).
 #include "ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace met::cpu {
@@ -35,6 +36,15 @@ void silu_mul_row(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void clamped_swiglu_row(const float* gate, const float* up, float* out, int64_t n, float limit,
+                        float alpha) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::min(std::max(up[i], -limit), limit);
+    out[i] = g * (1.0f / (1.0f + std::exp(-(g * alpha)))) * (u + 1.0f);
   }
 }
 

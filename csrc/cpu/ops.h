@@ -20,6 +20,11 @@ void rope_rotate_half(float* v, const float* cos, const float* sin, int64_t head
 // out[i] = silu(gate[i]) * up[i]. out may alias gate.
 void silu_mul_row(const float* gate, const float* up, float* out, int64_t n);
 
+// gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+// out[i] = g * sigmoid(alpha * g) * (u + 1). out may alias gate.
+void clamped_swiglu_row(const float* gate, const float* up, float* out, int64_t n, float limit,
+                        float alpha);
+
 // out[i] = gelu(gate[i]) * up[i] with GeLU's tanh approximation (Gemma's MLP, PyTorch's
 // approximate="tanh"). out may alias gate.
 void gelu_tanh_mul_row(const float* gate, const float* up, float* out, int64_t n);

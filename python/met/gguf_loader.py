@@ -64,6 +64,9 @@ _EXPERT_NAMES = {
     "ffn_gate_exps.weight": "w_gate",
     "ffn_up_exps.weight": "w_up",
     "ffn_down_exps.weight": "w_down",
+    "ffn_gate_exps.bias": "b_gate",  # gpt-oss: [E, F] (ffn_down_exps.bias: [E, H])
+    "ffn_up_exps.bias": "b_up",
+    "ffn_down_exps.bias": "b_down",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Early Mixtral GGUF files keep one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
@@ -137,6 +140,9 @@ def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig
     eos = [field_value(reader, f"tokenizer.ggml.{k}") for k in eos_keys]
     # A turn may end with a token other than EOS (Gemma's <end_of_turn>: llama.cpp stops there).
     eos += [tokens.index(t) for t in family.turn_end_tokens if t in tokens]
+    # A token the family never ends on (gpt-oss's <|end|>), even where the file names it.
+    never = {tokens.index(t) for t in family.not_end_tokens if t in tokens}
+    eos = [e for e in eos if e not in never]
     config = ModelConfig(
         architecture=arch,
         family=family.name,
@@ -240,12 +246,13 @@ def unpermute_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     )
 
 
-def _canonical_name(gguf_name: str) -> str | None:
+def _canonical_name(gguf_name: str, family_names: dict[str, str]) -> str | None:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     match = _LAYER_RE.fullmatch(gguf_name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    names = {**_LAYER_NAMES, **family_names}
+    if match and match.group(2) in names:
+        return f"layers.{match.group(1)}.{names[match.group(2)]}"
     if match and match.group(2) in _EXPERT_NAMES:
         return f"layers.{match.group(1)}.{_STACKED}.{_EXPERT_NAMES[match.group(2)]}"
     legacy = _LEGACY_EXPERT_RE.fullmatch(match.group(2)) if match else None
@@ -268,7 +275,11 @@ def _split_experts(name: str, weight: Weight, n_experts: int) -> Iterator[tuple[
                 QuantLinear(part, weight.qtype, rows, weight.in_features),
             )
         return
-    for e, part in enumerate(weight.reshape(n_experts, -1, weight.shape[-1])):
+    bias = name.rsplit(".", 1)[-1].startswith("b_")
+    stacked = (
+        weight.reshape(n_experts, -1) if bias else weight.reshape(n_experts, -1, weight.shape[-1])
+    )
+    for e, part in enumerate(stacked):
         yield name.replace("*", str(e)), part
 
 
@@ -299,7 +310,7 @@ def _tensor_weights(
     file: BinaryIO,
 ) -> Iterator[tuple[str, Weight]]:
     """The weights one GGUF tensor holds: none, itself, or each expert's slice of a stack."""
-    name = _canonical_name(tensor.name)
+    name = _canonical_name(tensor.name, dict(FAMILIES[config.family].gguf_names))
     if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
         name = None  # a router or experts in a file without expert_count
     if name is None and _LAYER_RE.fullmatch(tensor.name):
@@ -313,7 +324,7 @@ def _tensor_weights(
     weight = _weight(tensor, name, config, path, dtype, keep_blocks, file)
     if _STACKED not in name:
         yield name, weight
-    elif len(tensor.shape) != 3 or int(tensor.shape[2]) != config.n_experts:
+    elif len(tensor.shape) not in (2, 3) or int(tensor.shape[-1]) != config.n_experts:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} of shape {list(tensor.shape)} does not stack "
             f"{config.n_experts} experts (expert_count); the file is inconsistent"

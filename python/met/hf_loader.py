@@ -180,6 +180,7 @@ def _rope_scaling(raw: dict[str, Any] | None, folder: Path) -> RopeScaling | Non
         high_freq_factor=float(raw.get("high_freq_factor", 4.0)),
         beta_fast=float(raw.get("beta_fast", 32.0)),
         beta_slow=float(raw.get("beta_slow", 1.0)),
+        truncate=bool(raw.get("truncate", True)),
     )
 
 
@@ -228,7 +229,10 @@ def load_hf(
                 for hf_name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                     name = _canonical_name(hf_name, family)
                     if name is not None:
-                        weights[name] = f.get_tensor(hf_name).to(dtype)
+                        tensor = f.get_tensor(hf_name)
+                        # Integer tensors are packed blocks (gpt-oss's MXFP4 experts), for
+                        # the family's hf_weights to unpack.
+                        weights[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
         except (OSError, ValueError, RuntimeError) as exc:
             raise ModelLoadError(
                 f"{shard}: unreadable safetensors file ({exc}); download it again"

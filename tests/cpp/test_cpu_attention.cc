@@ -138,8 +138,11 @@ Pool half_pool(const Pool& pool, Pool* rounded) {
   return half;
 }
 
+constexpr double kLog2e = 1.4426950408889634;
+
 // Sequence seq's query at `pos` against keys 0..pos (the last shape.window of them when set):
-// double scores (soft-capped when shape.softcap is set), explicit softmax over bf16 values;
+// double scores (soft-capped when shape.softcap is set), explicit softmax over bf16 values
+// (each head's sink, when shape.sinks is set, in the denominator);
 // `bound` gets each element's tolerance.
 std::vector<double> reference(const Pool& pool, int seq, int64_t pos, std::vector<double>* bound) {
   const AttnShape& s = pool.shape;
@@ -169,6 +172,8 @@ std::vector<double> reference(const Pool& pool, int seq, int64_t pos, std::vecto
       max = std::max(max, scores[p]);
     }
     for (int64_t p = first; p <= pos; ++p) sum += std::exp2(scores[p] - max);
+    // A sink (gpt-oss) joins the denominator with no value: the weights sum to less than 1.
+    if (s.sinks != nullptr) sum += std::exp2(static_cast<double>(s.sinks[h]) * kLog2e - max);
     for (int64_t p = first; p <= pos; ++p) {
       const double w = std::exp2(scores[p] - max) / sum;
       for (int64_t d = 0; d < dim; ++d) {
@@ -500,6 +505,45 @@ TEST(PagedAttentionWindow, TilesKeepEachQuerysBits) {
             expect_same_bits(out, t, alone[begin + t], 0, width, path.name);
           }
         }
+      }
+    }
+  }
+}
+
+// gpt-oss's sinks (one per query head: below, about and far above the scores; the last one
+// outweighs every key, so its head's output is 0), with and without a window, fp32 and fp16
+// pools: every path matches the reference and gives the portable bits, and decode rows give
+// their prefill bits.
+TEST(PagedAttentionSinks, MatchesReferenceOnEveryPathWithThePortableBits) {
+  const std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 4.0f, -0.5f, 8.0f, 0.25f, 500.0f};
+  const Pool fp32 = make_pool(8, 2, 64, 16, {40, 70, 130}, 2.0f, 23);
+  Pool rounded;
+  const Pool fp16 = half_pool(fp32, &rounded);
+  const std::vector<Row> batch = {{0, 39, 1}, {1, 10, 60}, {2, 0, 130}};
+  const std::vector<int64_t> positions = {0, 63, 64, 129};
+  std::vector<Row> decodes;
+  for (const int64_t pos : positions) decodes.push_back({2, pos, 1});
+  const int64_t width = 8 * 64;
+  for (const int64_t window : {int64_t{0}, int64_t{9}}) {
+    for (Pool pool : {fp32, fp16}) {
+      Pool values = pool.shape.kv_half ? rounded : pool;  // the reference reads fp32
+      for (Pool* p : {&pool, &values}) {
+        p->shape.sinks = sinks.data();
+        p->shape.window = window;
+      }
+      SCOPED_TRACE(testing::Message() << "window " << window << " fp16 " << pool.shape.kv_half);
+      const auto portable = run(pool, batch, detail::attention_paths().front().fn, 0);
+      const auto whole = run(pool, {{2, 0, 130}}, detail::attention_paths().front().fn, 0);
+      for (const detail::AttnPath& path : detail::attention_paths()) {
+        const auto got = run(pool, batch, path.fn, 2);
+        expect_matches_reference(values, batch, got, path.name);
+        EXPECT_EQ(0, std::memcmp(got.data(), portable.data(), got.size() * sizeof(float)))
+            << path.name;
+        const auto decoded = run(pool, decodes, path.fn, 2);
+        for (size_t i = 0; i < positions.size(); ++i) {
+          expect_same_bits(decoded, i, whole, positions[i], width, path.name);
+        }
+        for (int64_t d = 0; d < 64; ++d) EXPECT_EQ(got[7 * 64 + d], 0.0f) << path.name;
       }
     }
   }

@@ -125,18 +125,26 @@ def write_gguf(
     permuted: bool = False,
     names: dict[str, str] | None = None,
     metadata=None,
+    convert=None,
+    tokenizer=None,
 ) -> Path:
     """The model's weights as llama.cpp's converter writes `arch`: linear weights in `qtype`,
     norms F32, Q/K rows interleaved when `permuted`; `names` overrides GGUF_LAYER; `metadata`
-    (a function of the writer) adds the family's keys."""
+    (a function of the writer) adds the family's keys; `convert(suffix, tensor, qtype)`, where
+    it returns a list of (GGUF layer tensor name, tensor, format), writes a layer tensor the
+    family's own way (gpt-oss's stacked experts); `tokenizer(writer)` writes the tokenizer and
+    template instead of the byte-level one with a Qwen-style template."""
     c = model.config
     w = gguf.GGUFWriter(str(path), arch)
     add_shape(w, c.num_hidden_layers, c.max_position_embeddings, c.hidden_size, c.intermediate_size)
     theta = c.rope_parameters["rope_theta"]
     heads, kv_heads = c.num_attention_heads, c.num_key_value_heads
     add_attention(w, heads, kv_heads, theta, c.rms_norm_eps, head_dim=c.head_dim)
-    add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
-    w.add_chat_template(QWEN3_TEMPLATE)
+    if tokenizer is not None:
+        tokenizer(w)
+    else:
+        add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
+        w.add_chat_template(QWEN3_TEMPLATE)
     if metadata is not None:
         metadata(w)
     layer_names = {**GGUF_LAYER, **(names or {})}
@@ -153,8 +161,12 @@ def write_gguf(
             if permuted and suffix in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 n = heads if suffix.startswith("self_attn.q") else kv_heads
                 tensor = torch.from_numpy(permute_qk(tensor.numpy(), n))
-            kind = Q.F32 if "norm" in suffix else qtype
-            store(w, f"blk.{i}.{layer_names[suffix]}", tensor, kind)
+            parts = convert(suffix, tensor, qtype) if convert is not None else None
+            if parts is None:
+                kind = Q.F32 if "norm" in suffix else qtype
+                parts = [(layer_names[suffix], tensor, kind)]
+            for gguf_name, part, kind in parts:
+                store(w, f"blk.{i}.{gguf_name}", part, kind)
     finish(w)
     return path
 
@@ -213,9 +225,11 @@ def assert_matches_transformers(path: Path, want: dict[str, torch.Tensor], tol: 
     return names
 
 
-def assert_greedy_batch_invariant(path: Path) -> None:
-    """Greedy tokens the same alone and batched, on both weight formats."""
-    for weight_format in ("gguf", "dequantized"):
+def assert_greedy_batch_invariant(
+    path: Path, weight_formats: tuple[str, ...] = ("gguf", "dequantized")
+) -> None:
+    """Greedy tokens the same alone and batched, on each weight format."""
+    for weight_format in weight_formats:
         llm = met.LLM(model=str(path), device="cpu", weight_format=weight_format)
         try:
             greedy = met.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from met import _core
+from met.model.sinks import with_sink_column
 
 # The kernel sums scores in fp32, rounds V and its softmax weights to bf16 and sums their exact
 # products in fp32 (csrc/cpu/attention_item.inc). The reference rounds V the same way and runs
@@ -46,8 +47,8 @@ def _pool(rows, n_heads, n_kv_heads, head_dim, block_size, seed):
     return q, k_cache, v_cache, cu, torch.tensor(seq_lens, dtype=torch.int32), tables
 
 
-def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0, window=0):
-    """Over an fp32 pool, or an fp16 one (read as kv_half)."""
+def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0, window=0, sinks=None):
+    """Over an fp32 pool, or an fp16 one (read as kv_half); sinks: [n_heads] fp32 or None."""
     total, n_heads, head_dim = q.shape
     _, block_size, n_kv_heads, _ = k_cache.shape
     out = torch.full((total, n_heads * head_dim), float("nan"))
@@ -69,6 +70,7 @@ def _attention(q, k_cache, v_cache, cu, seq_lens, tables, n_threads=0, window=0)
         n_threads,
         kv_half=k_cache.dtype == torch.float16,
         window=window,
+        sinks_ptr=0 if sinks is None else sinks.data_ptr(),
     )
     return out
 
@@ -77,10 +79,11 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
     return x.float().to(torch.bfloat16).double()
 
 
-def _reference(q, k_cache, v_cache, cu, seq_lens, tables, window=0):
+def _reference(q, k_cache, v_cache, cu, seq_lens, tables, window=0, sinks=None):
     """Per row: gather the context, repeat kv heads for GQA, causal mask (and the sliding window
-    when set), float64 SDPA over the kernel's bf16 values (scores in log2 units, as the kernel's).
-    Returns the output and each element's tolerance."""
+    when set), float64 SDPA over the kernel's bf16 values (scores in log2 units, as the kernel's),
+    each head's sink as the torch forward adds it (met.model.sinks). Returns the output and each
+    element's tolerance."""
     total, n_heads, head_dim = q.shape
     block_size, n_kv_heads = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty(total, n_heads * head_dim, dtype=torch.float64)
@@ -103,6 +106,10 @@ def _reference(q, k_cache, v_cache, cu, seq_lens, tables, window=0):
         mask = positions[None, :] <= query_pos[:, None]
         if window:
             mask &= positions[None, :] > query_pos[:, None] - window
+        if sinks is not None:
+            additive = torch.zeros(mask.shape, dtype=torch.float64).masked_fill_(~mask, -math.inf)
+            row_sinks = sinks.double()[:, None].expand(n_heads, q_len)
+            keys, values, mask = with_sink_column(keys, values, additive, row_sinks)
         o = torch.nn.functional.scaled_dot_product_attention(
             query, keys, values, attn_mask=mask, scale=math.log(2.0)
         )
@@ -187,3 +194,16 @@ def test_an_fp16_pool_gives_the_bits_of_an_fp32_pool_holding_the_same_values() -
     for threads in (0, 2):
         got = _attention(q, half_k, half_v, cu, seq_lens, tables, threads)
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("window", [0, 6])
+@pytest.mark.parametrize("n_threads", [0, 2])
+def test_sinks_match_sdpa_with_the_sink_column(window: int, n_threads: int) -> None:
+    # gpt-oss: a logit per query head in the softmax denominator, below, about and above the
+    # scores (2.0 * randn queries); decode rows keep their prefill bits.
+    batch = _pool(ROWS, 9, 3, 64, 16, seed=window + 7)
+    sinks = torch.tensor([-4.0, -1.0, 0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 9.0])
+    got = _attention(*batch, n_threads=n_threads, window=window, sinks=sinks)
+    _assert_close(got, _reference(*batch, window=window, sinks=sinks))
+    plain = _attention(*batch, n_threads=n_threads, window=window)
+    assert not torch.allclose(got, plain, atol=1e-3)

@@ -61,7 +61,7 @@ class SharedReductionsLlama(LlamaModel):
         _core.cpu.silu_mul(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel())
         return out
 
-    def _attention(self, q, k, v, k_cache, v_cache, plan) -> torch.Tensor:
+    def _attention(self, q, k, v, k_cache, v_cache, plan, sinks=None) -> torch.Tensor:
         c = self.config
         tables, seq_lens, cu, block_size = self._rows
         q = q.contiguous()
@@ -82,6 +82,7 @@ class SharedReductionsLlama(LlamaModel):
             block_size,
             1.0 / c.head_dim**0.5,
             kv_half=k_cache.dtype == torch.float16,
+            sinks_ptr=0 if sinks is None else sinks.data_ptr(),
         )
         return out
 

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import Request
 
 from met.chat.constrain import EFFORT_BUDGETS, Plan, Thinking
+from met.chat.harmony import HarmonyParser
 from met.chat.parsers import TOOL_PARSERS, ChoiceParser
 from met.chat.parsers.base import NoTools
 from met.chat.parsers.hermes import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
@@ -21,7 +22,7 @@ from met.chat.parsers.jsonish import ARGS, PYTHON_TAG, TOOL_CALLS
 from met.chat.parsers.pythonic import PYTHON_END, PYTHON_START
 from met.chat.parsers.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
 from met.chat.render import generic_system_text, template_messages, tool_dicts, with_system_text
-from met.chat.setup import ChatSetup
+from met.chat.setup import HARMONY, ChatSetup
 from met.chat.types import ChatEvent, ChatRequest, ChatResult, Finish, Logprobs, ToolSpec, Usage
 from met.engine.outputs import CompletionDelta, TokenLogprob
 from met.sampling import Constraint, SamplingParams
@@ -47,7 +48,9 @@ class PreparedChat:
     starts_thinking: bool  # the prompt ends inside an open think block
     max_calls: int | None
 
-    def parser(self) -> ChoiceParser:
+    def parser(self) -> ChoiceParser | HarmonyParser:
+        if self.setup.tool_format == HARMONY:
+            return HarmonyParser(self.max_calls)
         tools = TOOL_PARSERS.get(self.tool_format, NoTools)(self.request.tools, self.max_calls)
         reasoning = None
         if self.setup.reasoning is not None:
@@ -63,6 +66,8 @@ def prepare(state: ServedModel, request: ChatRequest) -> PreparedChat:
     _check_tools(request)
     setup = state.chat_setup
     calls_on = bool(request.tools) and request.tool_choice != "none"
+    if setup.tool_format == HARMONY:
+        return _prepare_harmony(state, request, calls_on)
     generic = setup.tool_format == "generic" or not setup.template_tools
     messages = template_messages(request.messages, generic=generic)
     kwargs = dict(request.template_kwargs)
@@ -103,6 +108,37 @@ def prepare(state: ServedModel, request: ChatRequest) -> PreparedChat:
         thinking is not None and thinking.opened,
         None if request.parallel_tool_calls else 1,
     )
+
+
+def _prepare_harmony(state: ServedModel, request: ChatRequest, calls_on: bool) -> PreparedChat:
+    """The prompt rendered by openai-harmony; a forced call constrained in harmony's syntax."""
+    from met.chat import harmony
+
+    if request.params.constraint is not None:
+        param = request.params.constraint.param or "response_format"
+        raise invalid(f"{param}: structured output is not supported with harmony yet", param)
+    prompt_ids = harmony.render(request, calls_on)
+    params = copy.deepcopy(request.params)
+    params.max_tokens = fit_max_tokens(
+        len(prompt_ids), params.max_tokens, state.engine.max_model_len, "messages"
+    )
+    params.stop_token_ids = list(dict.fromkeys([*params.stop_token_ids, *harmony.stop_token_ids()]))
+    choice = request.tool_choice
+    budget = request.max_thinking_tokens
+    if budget is None and request.reasoning_effort is not None:
+        budget = EFFORT_BUDGETS.get(request.reasoning_effort)
+    if budget is None:
+        budget = state.settings.max_thinking_tokens
+    if calls_on and (choice == "required" or isinstance(choice, dict)):
+        named = named_tool(request)
+        tools = [named] if named is not None else list(request.tools)
+        grammar = harmony.forced_call_grammar(tools, budget)
+        params.constraint = Constraint("lark", grammar, param="tools")
+    elif budget is not None:
+        grammar = harmony.thinking_budget_grammar(budget, state.engine.tokenizer.vocab_size)
+        params.constraint = Constraint("lark", grammar, param="max_thinking_tokens")
+    max_calls = None if request.parallel_tool_calls else 1
+    return PreparedChat(request, prompt_ids, params, state.chat_setup, HARMONY, False, max_calls)
 
 
 def _thinking(
@@ -243,7 +279,7 @@ class ChatRun:
             self.prompt_logprobs = delta.prompt_logprobs
         if delta.logprobs:
             events.append(Logprobs(delta.logprobs))
-        events += parser.feed(delta.text)
+        events += parser.feed_output(delta.token_ids, delta.text)
         if delta.finished:
             events += parser.finish()
             reason = public_finish_reason(delta.finish_reason, self.gen.request_id) or "stop"

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 TOOL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "generic")
 REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both split <think>...</think>
+# gpt-oss's harmony (met.chat.harmony): the library renders the prompt and parses channels, for
+# tools and reasoning at once; chosen by the template (its <|channel|>), not by a flag.
+HARMONY = "harmony"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ def detect_tool_format(template: str | None) -> str | None:
 def resolve_setup(
     template: str | None, tool_parser: str | None, reasoning_parser: str | None
 ) -> ChatSetup:
+    if template and "<|channel|>" in template and tool_parser in (None, "auto", HARMONY):
+        reasoning = None if reasoning_parser == "none" else HARMONY
+        return ChatSetup(HARMONY, "template", reasoning, template_tools=False)
     detected = detect_tool_format(template)
     if tool_parser in (None, "auto"):
         fmt = detected or "generic"

@@ -17,6 +17,15 @@ class ToolSpec:
     strict: bool = False
 
 
+def non_object_schema(schema: dict) -> str | None:
+    """Why a tool's arguments schema is not an object schema (arguments are a JSON object, as
+    OpenAI and Anthropic require), or None when it is one: a `type` other than "object"."""
+    kind = schema.get("type", "object")
+    if kind == "object":
+        return None
+    return f"the schema must be a JSON Schema of 'type: \"object\"', got 'type: {kind!r}'"
+
+
 @dataclass
 class ToolCall:
     id: str  # unique, >= 9 chars

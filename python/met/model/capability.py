@@ -43,6 +43,9 @@ EMBED_SCALE = "scaled embeddings"
 QUERY_SCALE = "a query scale"
 QUERY_TEMPERATURE = "query temperature"
 ROPE_MAGNITUDE = "scaled RoPE magnitude"
+SINKS = "attention sinks"
+TOPK_ROUTER = "top-k softmax routing"  # gpt-oss's, with its router and expert biases
+CLAMPED_SWIGLU = "clamped SwiGLU experts"
 
 FEATURES = (
     SLIDING,
@@ -61,6 +64,9 @@ FEATURES = (
     QUERY_SCALE,
     QUERY_TEMPERATURE,
     ROPE_MAGNITUDE,
+    SINKS,
+    TOPK_ROUTER,
+    CLAMPED_SWIGLU,
 )
 # What each forward implements (the basic layer, pre-norm attention with RoPE and a dense
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
@@ -87,11 +93,14 @@ def model_features(config: ModelConfig) -> list[str]:
                 (NO_PRE_NORMS, not spec.pre_norms),
                 (MOE, spec.mlp == "moe"),
                 (RECURRENT, spec.mixer == "recurrent"),
+                (SINKS, spec.sinks),
+                (TOPK_ROUTER, spec.mlp == "moe" and spec.router == "topk_softmax"),
             )
             if used
         }
     for name, used in (
-        (GELU, config.activation != "silu"),
+        (GELU, config.activation == "gelu_tanh"),
+        (CLAMPED_SWIGLU, config.activation == "swiglu_clamped"),
         (ATTN_SOFTCAP, bool(config.attn_softcap)),
         (FINAL_SOFTCAP, bool(config.final_softcap)),
         (EMBED_SCALE, config.embed_scale != 1.0),

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 # Mixtral) has instead of w_gate/w_up/w_down a .router [E, H] and per expert e
 # .experts.{e}.w_gate/.w_up [F, H], .experts.{e}.w_down [H, F], F the expert's width (ffn).
 # A layer without pre-norms (OLMo 2) has no attn_norm/mlp_norm; whole-projection Q/K norms (OLMo 2)
-# are q_norm [nh*hd], k_norm [nkv*hd].
+# are q_norm [nh*hd], k_norm [nkv*hd]. gpt-oss adds .bo [H] (the output projection's bias),
+# .sinks [nh] (attention sinks), .b_router [E] and per expert .b_gate/.b_up [F], .b_down [H].
 # Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
 # (1 + w) is folded in by the loaders, as llama.cpp's converter does).
 
@@ -39,6 +40,7 @@ class RopeScaling:
     high_freq_factor: float = 4.0
     beta_fast: float = 32.0  # yarn: rotations per context where the ramp starts and ends
     beta_slow: float = 1.0
+    truncate: bool = True  # yarn: round the ramp's bounds outwards (gpt-oss's HF config: no)
 
 
 @dataclass
@@ -88,7 +90,11 @@ class ModelConfig:
     final_softcap: float | None = None
     embed_scale: float = 1.0
     post_norms: bool = False
-    activation: str = "silu"  # "silu" | "gelu_tanh"
+    activation: str = "silu"  # "silu" | "gelu_tanh" | "swiglu_clamped"
+    # gpt-oss's clamped SwiGLU (activation "swiglu_clamped"): gate clamped above and up on both
+    # sides at swiglu_limit, then gate * sigmoid(swiglu_alpha * gate) * (up + 1).
+    swiglu_limit: float = 7.0
+    swiglu_alpha: float = 1.702
     # Llama 4-style query temperature (Ministral 3): queries at position p are scaled after RoPE
     # by 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)); 0: none.
     attn_temp_scale: float = 0.0
@@ -171,8 +177,10 @@ def _yarn(freqs: list[float], s: RopeScaling, theta: float, dim: int) -> list[fl
         turns = s.original_context / (rotations * 2 * math.pi)
         return dim * math.log(turns) / (2 * math.log(theta))
 
-    low = max(math.floor(pair_at(s.beta_fast)), 0)
-    high = min(math.ceil(pair_at(s.beta_slow)), dim - 1)
+    low, high = pair_at(s.beta_fast), pair_at(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     span = max(high - low, 0.001)
     out = []
     for i, f in enumerate(freqs):
@@ -198,6 +206,8 @@ def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) 
             names += ["post_attn_norm", "post_mlp_norm"]
         if spec.qk_norm != "none":
             names += ["q_norm", "k_norm"]
+        if spec.sinks:
+            names += ["sinks"]
         needed += [f"layers.{i}.{n}" for n in names]
     missing = [n for n in needed if n not in weights]
     if missing:

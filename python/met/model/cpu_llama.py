@@ -34,6 +34,8 @@ _NORMS_AND_BIASES = (
     "mlp_norm",
     "post_attn_norm",
     "post_mlp_norm",
+    "bo",
+    "sinks",
 )
 # KV pool dtypes the C++ forward stores and reads.
 KV_DTYPES = (torch.float16, torch.float32)
@@ -165,6 +167,9 @@ def _dims(model: LlamaModel, cache: PagedKvCache, max_positions: int) -> _core.c
     d.gelu = c.activation == "gelu_tanh"
     d.attn_temp_scale, d.attn_temp_length = c.attn_temp_scale, c.attn_temp_length
     d.n_experts, d.n_experts_used, d.moe_norm_topk = c.n_experts, c.n_experts_used, c.moe_norm_topk
+    d.moe_topk_softmax = any(s.router == "topk_softmax" for s in model.specs)
+    if c.activation == "swiglu_clamped":
+        d.swiglu_limit, d.swiglu_alpha = c.swiglu_limit, c.swiglu_alpha
     return d
 
 
@@ -189,10 +194,14 @@ def _layer(
         return out
     # The float32 router and every expert's pair of weights, in expert order.
     out.mlp = _core.cpu.Mlp.moe
-    out.router = _address(moe.router)
+    out.router, out.router_bias = _address(moe.router), _address(moe.router_bias)
     experts = [moe.experts[e] for e in range(moe.n_experts)]
     out.expert_gate_up = [_weight(gate_up) for gate_up, _ in experts]
     out.expert_down = [_weight(down) for _, down in experts]
+    if moe.biases:  # gpt-oss: every expert's gate/up and down biases
+        biases = [moe.biases[e] for e in range(moe.n_experts)]
+        out.expert_b_gate_up = [_address(gate_up) for gate_up, _ in biases]
+        out.expert_b_down = [_address(down) for _, down in biases]
     return out
 
 

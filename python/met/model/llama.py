@@ -20,8 +20,9 @@ from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.kv_cache import PagedKvCache
 from met.model.linear import Weight, embedding, fuse_rows, linear
-from met.model.moe import MoeBlock, take_moe_block
+from met.model.moe import MoeBlock, clamped_swiglu, take_moe_block
 from met.model.rope import rope_table, rotate_half
+from met.model.sinks import grouped_sinks, with_sink_column
 from met.model.softcap import softcapped_attention
 
 IntArray = Tensor | np.ndarray | Sequence[int]
@@ -111,6 +112,8 @@ class LlamaModel:
             "k_norm": k_norm,
             "qk_norm": self._head_norms(q_norm, k_norm) if spec.qk_norm == "head" else None,
             "wo": take(p + "wo"),
+            "bo": take(p + "bo") if p + "bo" in weights else None,
+            "sinks": take(p + "sinks") if spec.sinks else None,
             "mlp_norm": take(p + "mlp_norm") if pre else None,
             "post_attn_norm": take(p + "post_attn_norm") if post else None,
             "post_mlp_norm": take(p + "post_mlp_norm") if post else None,
@@ -131,7 +134,7 @@ class LlamaModel:
                 "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
                 "w_down": take(p + "w_down"),
             }
-        return {"moe": take_moe_block(weights, i, self.config, take, self._fuse)}
+        return {"moe": take_moe_block(weights, i, self.config, take, self._fuse, self._gated)}
 
     def _fuse(self, parts: list[Weight]) -> Weight:
         return fuse_rows(parts, self.dtype, self.device)
@@ -248,7 +251,10 @@ class LlamaModel:
             k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
         k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
         v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
-        attn = self._reduced(linear(self._attention(q, k, v, k_cache, v_cache, plan), w["wo"]))
+        out = self._attention(q, k, v, k_cache, v_cache, plan, w["sinks"])
+        attn = self._reduced(linear(out, w["wo"]))
+        if w["bo"] is not None:  # after the reduce: a bias is added once, not once per rank
+            attn = attn + w["bo"]
         x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
         h = self._pre_norm(x, w["mlp_norm"])
         if "moe" in w:
@@ -275,12 +281,19 @@ class LlamaModel:
         return torch.cat([q, k, qkv[:, q_width + kv_width :]], dim=-1)
 
     def _gated(self, gate: Tensor, up: Tensor) -> Tensor:
-        if self.config.activation == "gelu_tanh":
+        c = self.config
+        if c.activation == "gelu_tanh":
             return F.gelu(gate, approximate="tanh") * up
+        if c.activation == "swiglu_clamped":
+            return clamped_swiglu(gate, up, c.swiglu_limit, c.swiglu_alpha)
         return F.silu(gate) * up
 
-    def _sdpa(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    def _sdpa(
+        self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, sinks: Tensor | None = None
+    ) -> Tensor:
         c = self.config
+        if sinks is not None:
+            keys, values, mask = with_sink_column(keys, values, mask, sinks)
         if c.attn_softcap:
             return softcapped_attention(q, keys, values, mask, c.query_scale, c.attn_softcap)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=c.query_scale)
@@ -289,16 +302,24 @@ class LlamaModel:
         return partial if self.reduce is None else self.reduce(partial)
 
     def _attention(
-        self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, plan: _AttnPlan
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        plan: _AttnPlan,
+        sinks: Tensor | None = None,
     ) -> Tensor:
-        """[T, n_heads * head_dim] attention output for the packed queries q [T, n_heads, dim]."""
+        """[T, n_heads * head_dim] attention output for the packed queries q [T, n_heads, dim];
+        sinks [n_heads]: each head's sink logit (None: no sinks)."""
         c = self.config
         if plan.all_decode:
-            return self._decode_attention(q, k_cache, v_cache, plan)
+            return self._decode_attention(q, k_cache, v_cache, plan, sinks)
         out = q.new_empty(q.shape[0], c.n_heads * c.head_dim)
         if plan.decode_tokens is not None:
             out[plan.decode_tokens] = self._decode_attention(
-                q[plan.decode_tokens], k_cache, v_cache, plan
+                q[plan.decode_tokens], k_cache, v_cache, plan, sinks
             )
         for row in plan.prefill:
             if row.slots is None:
@@ -307,29 +328,39 @@ class LlamaModel:
                 keys = k_cache[row.slots].to(q.dtype)
                 values = v_cache[row.slots].to(q.dtype)
             out[row.start : row.end] = self._row_attention(
-                q[row.start : row.end], keys, values, row.mask
+                q[row.start : row.end], keys, values, row.mask, sinks
             )
         return out
 
-    def _row_attention(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    def _row_attention(
+        self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, sinks: Tensor | None = None
+    ) -> Tensor:
         # Query heads sharing a KV head become extra query rows of that head ([kv, groups * q]),
         # so grouped-query attention runs without copying K/V once per query head. Inputs stay
         # 4-D: torch's CPU flash kernel takes only those (3-D falls back to the slow math path).
         c = self.config
         n_q = q.shape[0]
         qg = q.permute(1, 0, 2).reshape(1, c.n_kv_heads, self.groups * n_q, c.head_dim)
-        out = self._sdpa(qg, keys.transpose(0, 1)[None], values.transpose(0, 1)[None], mask)
+        row_sinks = None if sinks is None else grouped_sinks(sinks, self.groups, n_q)
+        kt, vt = keys.transpose(0, 1)[None], values.transpose(0, 1)[None]
+        out = self._sdpa(qg, kt, vt, mask, row_sinks)
         return out.view(c.n_heads, n_q, c.head_dim).transpose(0, 1).reshape(n_q, -1)
 
     def _decode_attention(
-        self, q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: _AttnPlan
+        self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        plan: _AttnPlan,
+        sinks: Tensor | None = None,
     ) -> Tensor:
         c = self.config
         n_rows = q.shape[0]
         keys = k_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)  # [D, kv, context, dim]
         values = v_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)
         qg = q.view(n_rows, c.n_kv_heads, self.groups, c.head_dim)
-        out = self._sdpa(qg, keys, values, plan.decode_mask)
+        head_sinks = None if sinks is None else sinks.view(1, c.n_kv_heads, self.groups)
+        out = self._sdpa(qg, keys, values, plan.decode_mask, head_sinks)
         return out.reshape(n_rows, c.n_heads * c.head_dim)
 
     def _plan(

@@ -7,7 +7,9 @@ Interface (what a layer of LlamaModel holds instead of its dense gate/up/down):
 Routing (Hugging Face's Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock): softmax over all E
 router logits in float32, the k largest probabilities, divided by their sum when norm_topk (always
 for Mixtral, per `norm_topk_prob` for Qwen3-MoE). Mixtral's "softmax over the top-k logits" is
-the same numbers: exp(l_i) / sum_topk exp(l_j) = p_i / sum_topk p_j.
+the same numbers: exp(l_i) / sum_topk exp(l_j) = p_i / sum_topk p_j. gpt-oss (router kind
+"topk_softmax") computes it that way: its router has a bias, its experts biases on gate/up and
+down, and its own gated activation (the clamped SwiGLU), which the block takes as `activation`.
 
 Batched: the T * k (token, expert) pairs are sorted by expert, and each expert with tokens runs
 one matmul over the rows routed to it; the outputs are scaled by their routing weights and
@@ -32,10 +34,30 @@ from met.model.config import ModelConfig
 from met.model.linear import Weight, linear
 
 ExpertWeights = tuple[Weight, Weight]  # (w_gate_up [2F, H]: gate rows then up rows, w_down)
+ExpertBiases = tuple[Tensor, Tensor]  # (b_gate_up [2F], b_down [H])
+Activation = Callable[[Tensor, Tensor], Tensor]  # (gate, up) -> the down projection's input
 
 
-def route(router_logits: Tensor, top_k: int, norm_topk: bool) -> tuple[Tensor, Tensor]:
+def silu_gated(gate: Tensor, up: Tensor) -> Tensor:
+    return F.silu(gate) * up
+
+
+def clamped_swiglu(gate: Tensor, up: Tensor, limit: float, alpha: float) -> Tensor:
+    """gpt-oss's experts' activation (transformers' GptOssExperts._apply_gate, ggml's
+    swiglu_oai): gate clamped above at limit, up to [-limit, limit], then
+    gate * sigmoid(alpha * gate) * (up + 1)."""
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return gate * torch.sigmoid(gate * alpha) * (up + 1)
+
+
+def route(
+    router_logits: Tensor, top_k: int, norm_topk: bool, kind: str = "softmax"
+) -> tuple[Tensor, Tensor]:
     """(weights [T, k] float32, expert ids [T, k]) for router logits [T, E]."""
+    if kind == "topk_softmax":
+        logits, ids = torch.topk(router_logits.float(), top_k, dim=-1)
+        return torch.softmax(logits, dim=-1), ids
     probs = torch.softmax(router_logits.float(), dim=-1)
     weights, ids = torch.topk(probs, top_k, dim=-1)
     if norm_topk:
@@ -52,9 +74,17 @@ class MoeBlock:
         experts: Mapping[int, ExpertWeights],
         top_k: int,
         norm_topk: bool,
+        router_kind: str = "softmax",
+        router_bias: Tensor | None = None,
+        biases: Mapping[int, ExpertBiases] | None = None,
+        activation: Activation = silu_gated,
     ) -> None:
         self.router = router
+        self.router_kind = router_kind
+        self.router_bias = router_bias
         self.experts = dict(experts)
+        self.biases = dict(biases or {})
+        self.activation = activation
         self.n_experts = router.shape[0] if isinstance(router, Tensor) else router.out_features
         self.top_k = top_k
         self.norm_topk = norm_topk
@@ -64,7 +94,8 @@ class MoeBlock:
             raise ValueError(f"expert ids must be in 0..{self.n_experts - 1}")
 
     def __call__(self, x: Tensor) -> Tensor:
-        weights, ids = route(linear(x, self.router), self.top_k, self.norm_topk)
+        logits = linear(x, self.router, self.router_bias)
+        weights, ids = route(logits, self.top_k, self.norm_topk, self.router_kind)
         flat_ids = ids.reshape(-1)
         order = torch.argsort(flat_ids, stable=True)
         # Row j of the sorted pairs belongs to token order[j] // k.
@@ -77,10 +108,16 @@ class MoeBlock:
             end = start + count
             if count and expert in self.experts:
                 rows = tokens[start:end]
-                y = _expert_mlp(x[rows], self.experts[expert])
+                y = self._expert_mlp(x[rows], expert)
                 out.index_add_(0, rows, y * pair_weights[start:end, None])
             start = end
         return out
+
+    def _expert_mlp(self, x: Tensor, expert: int) -> Tensor:
+        gate_up, down = self.experts[expert]
+        b_gate_up, b_down = self.biases.get(expert, (None, None))
+        gate, up = linear(x, gate_up, b_gate_up).chunk(2, dim=-1)
+        return linear(self.activation(gate, up), down, b_down)
 
 
 def take_moe_block(
@@ -89,10 +126,12 @@ def take_moe_block(
     config: ModelConfig,
     take: Callable[[str], Weight],
     fuse: Callable[[list[Weight]], Weight],
+    activation: Activation = silu_gated,
 ) -> MoeBlock:
     """Layer `layer`'s block from the canonical weights present (all experts, or an
     expert-parallel rank's share), each taken through `take` (LlamaModel's: pops the weight and
-    moves it to the model's device and dtype), gate and up fused through `fuse`."""
+    moves it to the model's device and dtype), gate and up fused through `fuse`; the router
+    kind from the layer's spec, biases where the weights have them."""
     p = f"layers.{layer}."
     ids = sorted({e for n in weights if n.startswith(p) and (e := expert_of(n)) is not None})
     experts = {
@@ -102,13 +141,25 @@ def take_moe_block(
         )
         for e in ids
     }
-    return MoeBlock(take(p + "router"), experts, config.n_experts_used, config.moe_norm_topk)
-
-
-def _expert_mlp(x: Tensor, weights: ExpertWeights) -> Tensor:
-    gate_up, down = weights
-    gate, up = linear(x, gate_up).chunk(2, dim=-1)
-    return linear(F.silu(gate) * up, down)
+    biases = {
+        e: (
+            torch.cat([take(expert_name(layer, e, "b_gate")), take(expert_name(layer, e, "b_up"))]),
+            take(expert_name(layer, e, "b_down")),
+        )
+        for e in ids
+        if expert_name(layer, e, "b_gate") in weights
+    }
+    router_bias = take(p + "b_router") if p + "b_router" in weights else None
+    return MoeBlock(
+        take(p + "router"),
+        experts,
+        config.n_experts_used,
+        config.moe_norm_topk,
+        router_kind=config.layer_specs()[layer].router,
+        router_bias=router_bias,
+        biases=biases,
+        activation=activation,
+    )
 
 
 def expert_name(layer: int, expert: int, part: str) -> str:

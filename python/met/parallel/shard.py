@@ -37,6 +37,11 @@ class ShardError(ValueError):
 def check_divisible(config: ModelConfig, world: int, expert_parallel: bool = False) -> None:
     """Raise ShardError naming the dimension that does not split evenly over `world` ranks
     (ExpertSplitError, a ValueError too, for the experts under expert_parallel)."""
+    if world > 1 and any(spec.sinks for spec in config.layer_specs()):
+        raise ShardError(
+            "tensor parallel: attention sinks and biased experts (gpt-oss) are not split over "
+            "ranks; serve this model on one rank"
+        )
     if expert_parallel:
         check_expert_split(config, world)
     if config.n_heads % world or config.n_kv_heads % world:

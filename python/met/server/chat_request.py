@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec
+from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec, non_object_schema
 from met.sampling import SamplingParams
 from met.server.errors import invalid
 from met.server.protocol import ChatCompletionBody
@@ -93,6 +93,11 @@ def _tool(i: int, raw: Any) -> ToolSpec:
         raise invalid(f"{where}.function.description: must be a string", "tools")
     if not isinstance(parameters, dict):
         raise invalid(f"{where}.function.parameters: must be a JSON Schema object", "tools")
+    problem = non_object_schema(parameters)
+    if problem:
+        raise invalid(
+            f"{where}.function.parameters: invalid schema for {name!r}: {problem}", "tools"
+        )
     if strict is not None and not isinstance(strict, bool):
         raise invalid(f"{where}.function.strict: must be a boolean", "tools")
     return ToolSpec(name, description, parameters, bool(strict))

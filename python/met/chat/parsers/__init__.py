@@ -35,6 +35,10 @@ class ChoiceParser:
     def thinking(self) -> bool:
         return self.reasoning is not None and self.reasoning.thinking
 
+    def feed_output(self, token_ids: list[int], text: str) -> list[ChatEvent]:
+        """One engine delta: these parsers read its text (harmony's reads the tokens)."""
+        return self.feed(text)
+
     def feed(self, text: str) -> list[ChatEvent]:
         if self.reasoning is None:
             return self.tools.feed(text)

@@ -6,6 +6,7 @@ from met.model.config import ModelLoadError
 from met.model.families import (
     gemma2,
     gemma3,
+    gpt_oss,
     llama,
     ministral,
     mistral,
@@ -36,6 +37,7 @@ FAMILIES: dict[str, Family] = {
         smollm3,
         mistral3,
         ministral,
+        gpt_oss,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}

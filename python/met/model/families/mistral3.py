@@ -9,33 +9,19 @@ passes the reciprocal of YaRN's own factor, cancelling it. llama.cpp rotates mis
 (NORM RoPE), so the converter permutes Q/K rows. The vision tower of a multimodal checkpoint is
 not read."""
 
-import math
 from typing import Any
 
 from met.model.config import ModelConfig
-from met.model.families.spec import Family, GgufGet, rope_settings
+from met.model.families.spec import Family, GgufGet, rope_settings, yarn_magnitude
 
 # Where transformers keeps the text model of Mistral3ForConditionalGeneration (new and old).
 _TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
 
 
-def _yarn_magnitude(rope: dict[str, Any]) -> float:
-    if rope.get("attention_factor") is not None:
-        return float(rope["attention_factor"])
-    factor = float(rope.get("factor") or 1.0)
-
-    def mscale(m: float) -> float:
-        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-
-    if rope.get("mscale") and rope.get("mscale_all_dim"):
-        return mscale(float(rope["mscale"])) / mscale(float(rope["mscale_all_dim"]))
-    return mscale(1.0)
-
-
 def _hf_config(config: ModelConfig, raw: dict[str, Any]) -> None:
     rope = rope_settings(raw)
     if (rope.get("rope_type") or rope.get("type")) == "yarn":
-        config.rope_attn_factor = _yarn_magnitude(rope)
+        config.rope_attn_factor = yarn_magnitude(rope)
     beta = rope.get("llama_4_scaling_beta")
     if beta:
         config.attn_temp_scale = float(beta)

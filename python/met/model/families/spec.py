@@ -3,6 +3,7 @@ family is read from GGUF files and Hugging Face folders (Family)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,9 @@ ROPES = ("global", "local", "none")  # local: the sliding layers' own base (Gemm
 QK_NORMS = ("none", "head", "full")  # head: per head (Qwen3); full: whole projection (OLMo 2)
 NORMS = ("pre", "sandwich", "post")  # sandwich: pre and post (Gemma); post: post only (OLMo 2)
 MLPS = ("dense", "moe")
+# softmax: over all E router logits, then the top k (Qwen3-MoE, Mixtral); topk_softmax: the top k
+# logits, then a softmax over those (gpt-oss; equal to softmax when renormalised).
+ROUTERS = ("softmax", "topk_softmax")
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,10 @@ class LayerSpec:
     qk_norm: str = "none"
     norms: str = "pre"
     mlp: str = "dense"
+    router: str = "softmax"
+    # Attention sinks (gpt-oss): a learned logit per query head in the softmax denominator, with
+    # no value: the layer's weights hold it as `sinks` [n_heads].
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         for value, allowed in (
@@ -37,6 +45,7 @@ class LayerSpec:
             (self.qk_norm, QK_NORMS),
             (self.norms, NORMS),
             (self.mlp, MLPS),
+            (self.router, ROUTERS),
         ):
             if value not in allowed:
                 raise ValueError(f"LayerSpec: {value!r} is not one of {', '.join(allowed)}")
@@ -77,6 +86,21 @@ def rope_settings(raw: dict[str, Any]) -> dict[str, Any]:
     return raw.get("rope_scaling") or raw.get("rope_parameters") or {}
 
 
+def yarn_magnitude(rope: dict[str, Any]) -> float:
+    """The cos/sin magnitude transformers derives for a YaRN rope_parameters dict (its
+    attention_factor, else from factor, mscale and mscale_all_dim)."""
+    if rope.get("attention_factor") is not None:
+        return float(rope["attention_factor"])
+    factor = float(rope.get("factor") or 1.0)
+
+    def mscale(m: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    if rope.get("mscale") and rope.get("mscale_all_dim"):
+        return mscale(float(rope["mscale"])) / mscale(float(rope["mscale_all_dim"]))
+    return mscale(1.0)
+
+
 GgufGet = Callable[[str, Any], Any]  # get(key, default) over a file's `{arch}.` metadata
 
 
@@ -102,6 +126,10 @@ class Family:
     hf_config: Callable[[ModelConfig, dict[str, Any]], None] = _unchanged
     layers: Callable[[ModelConfig], list[LayerSpec]] = standard_layers
     hf_names: Mapping[str, str] = field(default_factory=dict)
+    gguf_names: Mapping[str, str] = field(default_factory=dict)  # over gguf_loader._LAYER_NAMES
     hf_text_prefixes: tuple[str, ...] = ()  # multimodal checkpoints: where the text model is
     hf_weights: Callable[[dict[str, Tensor]], None] = _unchanged
     turn_end_tokens: tuple[str, ...] = ()  # also end generation (Gemma's <end_of_turn>)
+    # Never end generation, even where a file names them (gpt-oss's <|end|>, between the
+    # messages of one harmony turn: llama.cpp drops it from its end-of-generation set too).
+    not_end_tokens: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ import json
 import logging
 import re
 
-from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec
+from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec, non_object_schema
 from met.sampling import Constraint, SamplingParams
 from met.server.errors import APIError, invalid
 from met.server.messages.protocol import Block, Message, MessagesBody, Tool, ToolChoice, _Common
@@ -183,12 +183,16 @@ def _unsupported_block(block: Block, where: str) -> APIError:
 
 def _tools(tools: list[Tool]) -> list[ToolSpec]:
     specs = []
-    for tool in tools:
+    for i, tool in enumerate(tools):
         if tool.type not in (None, "custom"):
             log.info(
                 "skipping the server tool %r (%s): met runs client tools only", tool.name, tool.type
             )
             continue
+        problem = non_object_schema(tool.input_schema or _EMPTY_OBJECT)
+        if problem:
+            where = f"tools[{i}].input_schema"
+            raise invalid(f"{where}: invalid schema for {tool.name!r}: {problem}", "tools")
         specs.append(ToolSpec(tool.name, tool.description, tool.input_schema or _EMPTY_OBJECT))
     return specs
 

@@ -6,7 +6,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec
+from met.chat.types import ChatMessage, ChatRequest, ToolCall, ToolSpec, non_object_schema
 from met.sampling import Constraint, SamplingParams
 from met.server.errors import from_value_error, invalid
 from met.server.responses.protocol import Item, Part, ResponsesBody, Tool
@@ -178,6 +178,11 @@ def tools(tools: list[Tool]) -> tuple[list[ToolSpec], dict[str, ToolName]]:
         names[flat] = ToolName(tool.name, namespace, custom)
         parameters = _custom_parameters(tool) if custom else tool.parameters
         schema = parameters or {"type": "object", "properties": {}}
+        problem = non_object_schema(schema)
+        if problem:
+            raise invalid(
+                f"{where}.parameters: invalid schema for {tool.name!r}: {problem}", "tools"
+            )
         specs.append(ToolSpec(flat, tool.description, schema, bool(tool.strict)))
 
     for i, tool in enumerate(tools):
