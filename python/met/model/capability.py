@@ -17,6 +17,7 @@ from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig, ModelLoadError
 
 if TYPE_CHECKING:
+    from met.model.families.spec import LayerSpec
     from met.model.llama import LlamaModel
 
 FORWARDS = {"torch": "the torch forward", "cpu": "the C++ CPU forward", "cuda": "the CUDA forward"}
@@ -43,6 +44,15 @@ EMBED_SCALE = "scaled embeddings"
 QUERY_SCALE = "a query scale"
 QUERY_TEMPERATURE = "query temperature"
 ROPE_MAGNITUDE = "scaled RoPE magnitude"
+LAYER_HEADS = "per-layer head widths"
+SHARED_KV = "shared-KV layers"
+K_AS_V = "V from the K projection"
+V_NORM = "V norms"
+PER_LAYER_INPUTS = "per-layer embeddings"
+DENSE_AND_MOE = "dense and MoE MLPs side by side"
+SCALED_ROUTER = "scaled MoE routers"
+# Gemma 4's; the C++ CPU forward runs none of them yet.
+_GEMMA4 = (LAYER_HEADS, SHARED_KV, K_AS_V, V_NORM, PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
 
 FEATURES = (
     SLIDING,
@@ -61,12 +71,13 @@ FEATURES = (
     QUERY_SCALE,
     QUERY_TEMPERATURE,
     ROPE_MAGNITUDE,
+    *_GEMMA4,
 )
 # What each forward implements (the basic layer, pre-norm attention with RoPE and a dense
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
     "torch": frozenset(FEATURES) - {RECURRENT},
-    "cpu": frozenset(FEATURES) - {RECURRENT},
+    "cpu": frozenset(FEATURES) - {RECURRENT, *_GEMMA4},
     "cuda": frozenset(),
 }
 
@@ -87,6 +98,13 @@ def model_features(config: ModelConfig) -> list[str]:
                 (NO_PRE_NORMS, not spec.pre_norms),
                 (MOE, spec.mlp == "moe"),
                 (RECURRENT, spec.mixer == "recurrent"),
+                (LAYER_HEADS, _own_heads(config, spec)),
+                (SHARED_KV, not spec.own_kv),
+                (K_AS_V, spec.k_as_v),
+                (V_NORM, spec.v_norm),
+                (PER_LAYER_INPUTS, spec.per_layer_input),
+                (DENSE_AND_MOE, spec.mlp == "dense+moe"),
+                (SCALED_ROUTER, spec.router == "scaled"),
             )
             if used
         }
@@ -102,6 +120,13 @@ def model_features(config: ModelConfig) -> list[str]:
         if used:
             needed.add(name)
     return [name for name in FEATURES if name in needed]
+
+
+def _own_heads(config: ModelConfig, spec: LayerSpec) -> bool:
+    return spec.head_dim not in (None, config.head_dim) or spec.n_kv_heads not in (
+        None,
+        config.n_kv_heads,
+    )
 
 
 def missing(config: ModelConfig, forward: str) -> list[str]:

@@ -23,6 +23,7 @@ output. The router is replicated, so every rank makes the same routing decisions
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -32,6 +33,17 @@ from met.model.config import ModelConfig
 from met.model.linear import Weight, linear
 
 ExpertWeights = tuple[Weight, Weight]  # (w_gate_up [2F, H]: gate rows then up rows, w_down)
+
+
+@dataclass(frozen=True)
+class ScaledRouter:
+    """Gemma 4's router: it reads its input RMS-normalized (no weight) times `scale` ([H], the
+    learned scale over sqrt(hidden)); each chosen expert's weight is then multiplied by its
+    `expert_scale` [E] (after the top-k renormalization)."""
+
+    scale: Tensor
+    expert_scale: Tensor
+    eps: float
 
 
 def route(router_logits: Tensor, top_k: int, norm_topk: bool) -> tuple[Tensor, Tensor]:
@@ -52,19 +64,30 @@ class MoeBlock:
         experts: Mapping[int, ExpertWeights],
         top_k: int,
         norm_topk: bool,
+        activation: str = "silu",
+        scaled: ScaledRouter | None = None,
     ) -> None:
         self.router = router
         self.experts = dict(experts)
         self.n_experts = router.shape[0] if isinstance(router, Tensor) else router.out_features
         self.top_k = top_k
         self.norm_topk = norm_topk
+        self.activation = activation
+        self.scaled = scaled
         if not 0 < top_k <= self.n_experts:
             raise ValueError(f"top_k {top_k} must be in 1..{self.n_experts} experts")
         if any(not 0 <= e < self.n_experts for e in self.experts):
             raise ValueError(f"expert ids must be in 0..{self.n_experts - 1}")
 
-    def __call__(self, x: Tensor) -> Tensor:
-        weights, ids = route(linear(x, self.router), self.top_k, self.norm_topk)
+    def __call__(self, x: Tensor, router_input: Tensor | None = None) -> Tensor:
+        """The experts' output for their input x; router_input: what the router reads, when
+        not x (Gemma 4 routes the residual stream, its experts read it normalized)."""
+        r = x if router_input is None else router_input
+        if self.scaled is not None:
+            r = F.rms_norm(r, (r.shape[-1],), eps=self.scaled.eps) * self.scaled.scale
+        weights, ids = route(linear(r, self.router), self.top_k, self.norm_topk)
+        if self.scaled is not None:
+            weights = weights * self.scaled.expert_scale[ids].float()
         flat_ids = ids.reshape(-1)
         order = torch.argsort(flat_ids, stable=True)
         # Row j of the sorted pairs belongs to token order[j] // k.
@@ -77,7 +100,7 @@ class MoeBlock:
             end = start + count
             if count and expert in self.experts:
                 rows = tokens[start:end]
-                y = _expert_mlp(x[rows], self.experts[expert])
+                y = _expert_mlp(x[rows], self.experts[expert], self.activation)
                 out.index_add_(0, rows, y * pair_weights[start:end, None])
             start = end
         return out
@@ -102,13 +125,26 @@ def take_moe_block(
         )
         for e in ids
     }
-    return MoeBlock(take(p + "router"), experts, config.n_experts_used, config.moe_norm_topk)
+    scaled = None
+    if config.layer_specs()[layer].router == "scaled":
+        # The router's input scale and 1 / sqrt(hidden) as one vector.
+        scale = take(p + "router_scale") * config.hidden**-0.5
+        scaled = ScaledRouter(scale, take(p + "expert_scale"), config.norm_eps)
+    return MoeBlock(
+        take(p + "router"),
+        experts,
+        config.n_experts_used,
+        config.moe_norm_topk,
+        config.activation,
+        scaled,
+    )
 
 
-def _expert_mlp(x: Tensor, weights: ExpertWeights) -> Tensor:
+def _expert_mlp(x: Tensor, weights: ExpertWeights, activation: str) -> Tensor:
     gate_up, down = weights
     gate, up = linear(x, gate_up).chunk(2, dim=-1)
-    return linear(F.silu(gate) * up, down)
+    act = F.gelu(gate, approximate="tanh") if activation == "gelu_tanh" else F.silu(gate)
+    return linear(act * up, down)
 
 
 def expert_name(layer: int, expert: int, part: str) -> str:

@@ -6,6 +6,7 @@ from met.model.config import ModelLoadError
 from met.model.families import (
     gemma2,
     gemma3,
+    gemma4,
     llama,
     mistral,
     mistral3,
@@ -31,6 +32,7 @@ FAMILIES: dict[str, Family] = {
         phi3,
         gemma2,
         gemma3,
+        gemma4,
         olmo2,
         smollm3,
         mistral3,
