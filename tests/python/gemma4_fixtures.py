@@ -55,10 +55,10 @@ MOE = {
 }
 
 
-def gemma4(moe: bool = False, seed: int = 3) -> torch.nn.Module:
-    """The tiny model; expert weights ~ N(0, 1 / fan_in) and layer output scales in [0.5, 1.5]
-    (build_hf leaves these at N(0, 1) and 1)."""
-    model = build_hf("gemma4_text", seed=seed, **(MOE if moe else DENSE))
+def gemma4(moe: bool = False, seed: int = 3, **overrides: object) -> torch.nn.Module:
+    """The tiny model; expert weights ~ N(0, 1 / fan_in), layer output and expert scales in
+    [0.5, 1.5] (build_hf leaves these at N(0, 1) and 1)."""
+    model = build_hf("gemma4_text", seed=seed, **{**(MOE if moe else DENSE), **overrides})
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, tensor in model.state_dict(keep_vars=True).items():
@@ -108,7 +108,15 @@ _LAYER = {
 _FLOAT = ("norm.weight", "layer_output_scale.weight", ".scale")
 
 
-def write_gemma4_gguf(model: torch.nn.Module, path: Path, qtype: Q = Q.Q8_0) -> Path:
+def write_gemma4_gguf(
+    model: torch.nn.Module,
+    path: Path,
+    qtype: Q = Q.Q8_0,
+    specials: list[str] | None = None,
+    template: str | None = None,
+) -> Path:
+    """The model as llama.cpp's converter writes it, with the tests' byte-level vocabulary
+    (`specials` first: bos 0 and eos 2 without them, else Gemma's <bos> and <eos>)."""
     c = model.config
     sliding = [t == "sliding_attention" for t in c.layer_types]
     # transformers' config has no single head_dim (nor KV heads) any more: the overrides'.
@@ -141,7 +149,12 @@ def write_gemma4_gguf(model: torch.nn.Module, path: Path, qtype: Q = Q.Q8_0) -> 
         w.add_expert_count(c.num_experts)
         w.add_expert_used_count(c.top_k_experts)
         w.add_expert_feed_forward_length(c.moe_intermediate_size)
-    add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
+    if specials is None:
+        add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
+    else:
+        add_bpe_tokenizer(w, "qwen2", specials.index("<bos>"), specials.index("<eos>"), specials)
+    if template is not None:
+        w.add_chat_template(template)
     # Proportional RoPE: 1 for the rotated pairs of the global layers, 1e30 for the others.
     rotated = int(ROPE["full_attention"]["partial_rotary_factor"] * full_dim // 2)
     freqs = torch.tensor([1.0] * rotated + [1e30] * (full_dim // 2 - rotated))

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from gemma4_chat import TEMPLATE
 from gemma4_fixtures import WINDOW, dequantized, gemma4, write_gemma4_gguf
 from hf_reference import SEQS, Q, assert_matches_transformers, assert_serves_chat, save_hf
 
@@ -125,7 +126,8 @@ def test_shared_kv_layers_own_no_pages(tmp_path):
 
 @pytest.fixture(scope="module")
 def gguf_file(tmp_path_factory):
-    return write_gemma4_gguf(gemma4(moe=True), tmp_path_factory.mktemp("g4") / "g.gguf")
+    path = tmp_path_factory.mktemp("g4") / "g.gguf"
+    return write_gemma4_gguf(gemma4(moe=True), path, template=TEMPLATE)
 
 
 def test_gemma4_prefix_hit_equals_miss_and_batching_changes_nothing(gguf_file):

@@ -103,7 +103,8 @@ class Plan:
         rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(self.tools))))
         rules += [f"call_{i}: {self._call(t, i)}" for i, t in enumerate(self.tools)]
         sep, head, tail = self._list()
-        many = f"call ({lit(sep)} call)*" if self.parallel else "call"
+        many = f"call ({lit(sep)} call)*" if sep else "call+"  # gemma4: back to back
+        many = many if self.parallel else "call"
         rules.append(" ".join(filter(None, ["body:", head, many, tail])))
         return rules
 
@@ -117,6 +118,8 @@ class Plan:
             return ", ", self._token("[TOOL_CALLS]") + ' "["', '"]"'
         if self.fmt == "pythonic":
             return ", ", '"["', '"]"'
+        if self.fmt == "gemma4":
+            return "", "", ""
         if self.parallel:  # generic
             return ", ", lit('{"tool_calls": ['), lit("]}")
         return ", ", lit('{"tool_call": '), lit("}")
@@ -134,6 +137,8 @@ class Plan:
             return self._coder_call(tool)
         if self.fmt == "pythonic":
             return _pythonic_call(tool)
+        if self.fmt == "gemma4":
+            return self._gemma4_call(tool)
         raise ValueError(f"tool_choice: the {self.fmt} format cannot force a call")
 
     def _coder_call(self, tool: ToolSpec) -> str:
@@ -144,6 +149,23 @@ class Plan:
             item = "(" + opener + " " + value + " " + lit("\n</parameter>\n") + ")"
             parts.append(item if required else item + "?")
         parts += [lit("</function>\n"), self._token("</tool_call>")]
+        return " ".join(parts)
+
+    def _gemma4_call(self, tool: ToolSpec) -> str:
+        """`<|tool_call>call:NAME{k:v,...}<tool_call|>`: keyword arguments in schema order, the
+        required ones always; strings between <|"|> markers (as qwen3_coder's: an enum's values,
+        or text without '<'), other values JSON (the parser reads JSON's strings too)."""
+        quote = self._token('<|"|>')
+        parts, first = [self._token("<|tool_call>"), lit(f"call:{tool.name}{{")], True
+        for key, schema, required in _properties(tool):
+            value = json_rule(schema)
+            if schema.get("type") == "string":
+                value = f"{quote} {_coder_text(schema)} {quote}"
+            text = f"{lit(key + ':')} {value}"
+            piece = text if first else f'"," {text}'
+            parts.append(f"({piece})" if required else f"({piece})?")
+            first = first and not required
+        parts += ['"}"', self._token("<tool_call|>")]
         return " ".join(parts)
 
 

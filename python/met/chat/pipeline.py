@@ -16,6 +16,7 @@ from fastapi import Request
 from met.chat.constrain import EFFORT_BUDGETS, Plan, Thinking
 from met.chat.parsers import TOOL_PARSERS, ChoiceParser
 from met.chat.parsers.base import NoTools
+from met.chat.parsers.gemma4 import CALL_CLOSE, CALL_OPEN, QUOTE
 from met.chat.parsers.hermes import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from met.chat.parsers.jsonish import ARGS, PYTHON_TAG, TOOL_CALLS
 from met.chat.parsers.pythonic import PYTHON_END, PYTHON_START
@@ -33,7 +34,7 @@ log = logging.getLogger("met.chat")
 
 # What the output parsers look for; the ones a model has as control tokens must stay in the text.
 MARKERS = (THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALLS, ARGS, PYTHON_TAG)
-MARKERS += (PYTHON_START, PYTHON_END)
+MARKERS += (PYTHON_START, PYTHON_END, CALL_OPEN, CALL_CLOSE, QUOTE)
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TOOL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "generic")
+TOOL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "gemma4", "generic")
 REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both split <think>...</think>
 
 
@@ -28,6 +28,8 @@ def detect_tool_format(template: str | None) -> str | None:
     """The format a template writes calls in, or None when it does not take tools."""
     if not template or "tools" not in template:
         return None
+    if "<|tool_call>" in template:
+        return "gemma4"
     if "<function=" in template and "<tool_call>" in template:
         return "qwen3_coder"
     if "<tool_call>" in template:

@@ -235,5 +235,7 @@ FAMILY = Family(
     gguf_names=_GGUF_NAMES,
     hf_text_prefixes=HF_TEXT_PREFIXES,
     hf_weights=_hf_weights,
-    turn_end_tokens=("<turn|>",),
+    # A turn ends at <turn|>; a turn that calls tools at <|tool_response>, where the template
+    # puts the results.
+    turn_end_tokens=("<turn|>", "<|tool_response>"),
 )
