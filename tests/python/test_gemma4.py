@@ -8,6 +8,7 @@ hits, preemption and batching leave greedy tokens as they were; `met serve` chat
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -15,8 +16,10 @@ import torch
 from gemma4_chat import TEMPLATE
 from gemma4_fixtures import WINDOW, dequantized, gemma4, write_gemma4_gguf
 from hf_reference import SEQS, Q, assert_matches_transformers, assert_serves_chat, save_hf
+from safetensors.torch import load_file, save_file
 
 import met
+from met.engine.capacity import weight_bytes
 from met.engine.kv_budget import pool_shape
 from met.gguf_loader import load_gguf
 from met.hf_loader import read_hf_config
@@ -33,6 +36,7 @@ from met.model.capability import (
 )
 from met.model.config import ModelLoadError
 from met.model.kv_cache import PagedKvCache
+from met.models import load_model
 
 TOL = 1e-5  # float32 against float32 (Q8_0: against its own dequantized weights)
 GREEDY = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
@@ -60,6 +64,28 @@ def test_gemma4_matches_transformers(tmp_path, kind, moe):
     assert max(len(ids) for ids in SEQS.values()) > 2 * WINDOW
     # The C++ CPU forward refuses the family (test_gemma4_capability), so torch alone runs it.
     assert assert_matches_transformers(path, _logits(reference), TOL) == ["torch"]
+
+
+def test_the_multimodal_gemma4_folder_serves_its_text_model(tmp_path):
+    # As the released checkpoints (Gemma4ForConditionalGeneration): the text model under
+    # model.language_model, its config under text_config; the vision tower is not read.
+    model = gemma4()
+    folder = save_hf(model, tmp_path / "gemma4")
+    raw = json.loads((folder / "config.json").read_text())
+    wrapped = {"model_type": "gemma4", "text_config": raw, "vision_config": {"hidden_size": 8}}
+    (folder / "config.json").write_text(json.dumps(wrapped))
+    tensors = load_file(str(folder / "model.safetensors"))
+    renamed = {"model.language_model." + n.removeprefix("model."): t for n, t in tensors.items()}
+    renamed["model.vision_tower.patch_embedder.input_proj.weight"] = torch.zeros(8, 8)
+    save_file(renamed, str(folder / "model.safetensors"))
+    assert read_hf_config(folder).family == "gemma4"
+    assert assert_matches_transformers(folder, _logits(model), TOL) == ["torch"]
+    # The per-layer-embedding tables count among the weights the capacity plan reports.
+    _, loaded, _ = load_model(folder, device="cpu")
+    ple = loaded.ple.embed.numel() + loaded.ple.model_proj.numel() + loaded.ple.norm.numel()
+    counted = weight_bytes(loaded)
+    loaded.ple = None
+    assert counted - weight_bytes(loaded) == 4 * ple
 
 
 @pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])

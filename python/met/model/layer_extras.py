@@ -35,6 +35,17 @@ def head_norms(q_norm: Tensor, k_norm: Tensor | None, dims: tuple[int, int, int]
     return torch.cat(norms).contiguous()
 
 
+def own_values(
+    qkv: Tensor, w: dict[str, Weight | bool], q_width: int, kv_width: int, eps: float
+) -> Tensor:
+    """A layer's V [T, n_kv, head_dim] from its fused projection: V's own rows, or (K as V) the
+    K rows as they came out, RMS-normalized without a weight where the plan says."""
+    _, n_kv, head_dim = w["dims"]
+    start = q_width if w["k_as_v"] else q_width + kv_width
+    v = qkv[:, start : start + kv_width].view(qkv.shape[0], n_kv, head_dim)
+    return F.rms_norm(v, (head_dim,), eps=eps) if w["v_norm"] else v
+
+
 def take_layer_extras(
     weights: dict[str, Weight], i: int, spec: LayerSpec, take: Callable[[str], Weight]
 ) -> dict[str, Weight | bool]:

@@ -19,7 +19,12 @@ from torch import Tensor
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.kv_cache import PagedKvCache
-from met.model.layer_extras import head_norms, take_layer_extras, take_per_layer_inputs
+from met.model.layer_extras import (
+    head_norms,
+    own_values,
+    take_layer_extras,
+    take_per_layer_inputs,
+)
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, take_moe_block
 from met.model.rope import rope_table, rotate_half
@@ -268,7 +273,7 @@ class LlamaModel:
         if shared is not None:
             k, v = shared
         else:
-            k, v = self._values(qkv, k, w, q_width, kv_width)
+            v = own_values(qkv, w, q_width, kv_width, self.config.norm_eps)
             if k_cache.dtype != k.dtype:
                 # A narrower pool (fp16 KV): attention sees the stored values, fresh rows too.
                 k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
@@ -277,18 +282,6 @@ class LlamaModel:
         attn = self._reduced(linear(self._attention(q, k, v, k_cache, v_cache, plan), w["wo"]))
         x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
         return x + self._mlp_out(x, w), (k, v)
-
-    def _values(
-        self, qkv: Tensor, k: Tensor, w: dict[str, Weight | None], q_width: int, kv_width: int
-    ) -> tuple[Tensor, Tensor]:
-        """K as rotated and V [T, n_kv, head_dim]: V's own projection, or (K as V) the K
-        projection as it came out, RMS-normalized without a weight where the plan says."""
-        _, n_kv, head_dim = w["dims"]
-        start = q_width if w.get("k_as_v") else q_width + kv_width
-        v = qkv[:, start : start + kv_width].view(k.shape[0], n_kv, head_dim)
-        if w.get("v_norm"):
-            v = F.rms_norm(v, (head_dim,), eps=self.config.norm_eps)
-        return k, v
 
     def _mlp_out(self, x: Tensor, w: dict[str, Weight | None]) -> Tensor:
         """What the MLP sublayer adds to the residual x: dense, MoE, or both (Gemma 4: each
