@@ -1,7 +1,8 @@
 """Gemma 4's chat for the tests: a template written to mirror the real one (turns between
 <|turn>ROLE and <turn|>, the system turn with the tools' declarations, calls as
 <|tool_call>call:NAME{k:v}<tool_call|>, results as <|tool_response>response:NAME{value:...}
-<tool_response|> in the same model turn, an empty thought channel opening the answer), and the
+<tool_response|> in the same model turn, <|think|> in the system turn when thinking, else an
+empty thought channel opening the answer), and the
 tiny dense model written as GGUF with Gemma's markers as control tokens."""
 
 from __future__ import annotations
@@ -26,13 +27,18 @@ SPECIALS = [
     '<|"|>',
     "<|channel>",
     "<channel|>",
+    "<|think|>",
 ]
 
 TEMPLATE = """{{- bos_token -}}
 {%- set loop_messages = messages -%}
 {%- set has_system = messages and messages[0]['role'] in ['system', 'developer'] -%}
-{%- if tools or has_system -%}
+{%- set thinking = enable_thinking is defined and enable_thinking -%}
+{%- if tools or has_system or thinking -%}
     {{- '<|turn>system\\n' -}}
+    {%- if thinking -%}
+        {{- '<|think|>\\n' -}}
+    {%- endif -%}
     {%- if has_system -%}
         {{- messages[0]['content'] | trim -}}
         {%- set loop_messages = messages[1:] -%}
@@ -87,7 +93,10 @@ TEMPLATE = """{{- bos_token -}}
     {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt and ns.prev not in ['tool_response', 'tool_call'] -%}
-    {{- '<|turn>model\\n<|channel>thought\\n<channel|>' -}}
+    {{- '<|turn>model\\n' -}}
+    {%- if not thinking -%}
+        {{- '<|channel>thought\\n<channel|>' -}}
+    {%- endif -%}
 {%- endif -%}
 """
 

@@ -13,7 +13,8 @@ from gemma4_chat import SPECIALS, TEMPLATE, gemma4_chat_gguf
 from server_harness import start_server
 
 from met.chat.parsers import TOOL_PARSERS, ChoiceParser
-from met.chat.setup import detect_tool_format
+from met.chat.parsers.reasoning import REASONING_TAGS, ReasoningSplitter
+from met.chat.setup import detect_tool_format, resolve_setup
 from met.chat.types import ChatResult, ToolSpec
 from met.gguf_loader import open_gguf, read_config
 from met.tokenizer import Tokenizer
@@ -98,6 +99,24 @@ def test_gemma4_calls_parse_whole_and_split_anywhere(text: str, content: str, ca
 
 def test_the_template_is_the_gemma4_format():
     assert detect_tool_format(TEMPLATE) == "gemma4"
+    setup = resolve_setup(TEMPLATE, None, None)
+    assert (setup.tool_format, setup.reasoning) == ("gemma4", "gemma4")
+
+
+def test_the_thought_channel_splits_off_whole_and_split_anywhere():
+    call = f"<|tool_call>call:get_weather{{city:{Q}Oslo{Q}}}<tool_call|>"
+    text = f"<|channel>thought\nThe user asks.<channel|>\n{call}"
+    for pieces in _pieces(text):
+        parser = ChoiceParser(
+            TOOL_PARSERS["gemma4"]([WEATHER]), ReasoningSplitter(False, *REASONING_TAGS["gemma4"])
+        )
+        result = ChatResult()
+        for event in [e for p in pieces for e in parser.feed(p)] + parser.finish():
+            result.add(event)
+        assert result.reasoning == "\nThe user asks." and result.content == "", pieces
+        assert [(c.name, c.arguments) for c in result.tool_calls] == [
+            ("get_weather", json.dumps({"city": "Oslo"}))
+        ]
 
 
 def test_the_template_renders_a_tool_round_and_turns_end_where_it_says(tmp_path):
@@ -160,6 +179,17 @@ def _openai_turns(client) -> None:
     assert choice.finish_reason == "tool_calls", choice
     call = choice.message.tool_calls[0]
     assert call.function.name == "get_weather" and "city" in json.loads(call.function.arguments)
+    thinking = client.chat.completions.create(
+        model="gemma4",
+        messages=ASK,
+        max_tokens=80,
+        temperature=0,
+        tools=[TOOL],
+        tool_choice="required",
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}, "max_thinking_tokens": 4},
+    )
+    message = thinking.choices[0].message
+    assert message.tool_calls and message.model_extra.get("reasoning_content"), message
     history = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 20 C"},

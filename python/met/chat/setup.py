@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TOOL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "gemma4", "generic")
-REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both split <think>...</think>
+# qwen3 and deepseek_r1 split <think>...</think>, gemma4 <|channel>thought...<channel|>.
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "gemma4")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ def detect_tool_format(template: str | None) -> str | None:
     return None
 
 
+def _detect_reasoning(template: str | None) -> str | None:
+    if template and "<|channel>thought" in template:
+        return "gemma4"
+    return "qwen3" if template and "<think>" in template else None
+
+
 def resolve_setup(
     template: str | None, tool_parser: str | None, reasoning_parser: str | None
 ) -> ChatSetup:
@@ -53,7 +60,7 @@ def resolve_setup(
     else:
         fmt, source = tool_parser, "flag"
     if reasoning_parser in (None, "auto"):
-        reasoning = "qwen3" if template and "<think>" in template else None
+        reasoning = _detect_reasoning(template)
     else:
         reasoning = None if reasoning_parser == "none" else reasoning_parser
     # A flag choosing a format the template does not write still gets the template's rendering
