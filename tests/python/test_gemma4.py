@@ -37,6 +37,7 @@ from met.model.capability import (
 from met.model.config import ModelLoadError
 from met.model.kv_cache import PagedKvCache
 from met.models import load_model
+from met.parallel.shard import ShardError, check_divisible
 
 TOL = 1e-5  # float32 against float32 (Q8_0: against its own dequantized weights)
 GREEDY = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
@@ -132,6 +133,13 @@ def test_gemma4_capability(tmp_path):
     path = write_gemma4_gguf(gemma4(), tmp_path / "g.gguf")
     with pytest.raises(ModelLoadError, match="does not implement"):
         met.LLM(model=str(path), device="cpu", weight_format="gguf")
+
+
+def test_gemma4_is_refused_over_several_ranks(tmp_path):
+    config = read_hf_config(save_hf(gemma4(), tmp_path / "dense"))
+    check_divisible(config, 1)
+    with pytest.raises(ShardError, match="Gemma 4"):
+        check_divisible(config, 2)
 
 
 def test_shared_kv_layers_own_no_pages(tmp_path):

@@ -179,7 +179,12 @@ def _hf_config(config: ModelConfig, raw: dict[str, Any]) -> None:
 
 
 def _gguf_config(config: ModelConfig, get: GgufGet) -> None:
-    sliding = [bool(s) for s in get("attention.sliding_window_pattern", [])]
+    pattern = get("attention.sliding_window_pattern", None)
+    if not isinstance(pattern, list):  # llama.cpp requires the per-layer array too
+        raise ModelLoadError(
+            "gemma4.attention.sliding_window_pattern (one flag per layer) is missing"
+        )
+    sliding = [bool(s) for s in pattern]
     n_kv = get("attention.head_count_kv", config.n_kv_heads)
     per_layer_kv = n_kv if isinstance(n_kv, list) else [n_kv] * config.n_layers
     swa_kv = next((int(k) for k, s in zip(per_layer_kv, sliding, strict=False) if s), 0)
