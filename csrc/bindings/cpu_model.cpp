@@ -54,6 +54,17 @@ cpu::LayerWeights parse_layer(const py::dict& d) {
   if (d.contains("window")) l.window = d["window"].cast<int64_t>();
   l.qk_norm_full = d.contains("qk_norm_full") && d["qk_norm_full"].cast<bool>();
   l.no_rope = d.contains("no_rope") && d["no_rope"].cast<bool>();
+  // Gemma 4: the layer's own widths, pages (a shared-KV layer's are its source's) and V.
+  if (d.contains("head_dim")) l.head_dim = d["head_dim"].cast<int64_t>();
+  if (d.contains("n_kv_heads")) l.n_kv_heads = d["n_kv_heads"].cast<int64_t>();
+  if (d.contains("k_pages")) {
+    l.k_pages = ptr<void>(d["k_pages"].cast<uintptr_t>());
+    l.v_pages = ptr<void>(d["v_pages"].cast<uintptr_t>());
+  }
+  l.shared_kv = d.contains("shared_kv") && d["shared_kv"].cast<bool>();
+  l.k_as_v = d.contains("k_as_v") && d["k_as_v"].cast<bool>();
+  l.v_norm = optional("v_norm");
+  l.out_scale = optional("out_scale");
   if (d.contains("router")) {  // a MoE layer: [(gate_up, down)] per expert
     l.router = ptr<const float>(d["router"].cast<uintptr_t>());
     for (const py::handle expert : d["experts"].cast<py::list>()) {

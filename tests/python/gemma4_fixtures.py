@@ -43,6 +43,14 @@ DENSE = {
     "hidden_size_per_layer_input": 8,
     "vocab_size_per_layer_input": SHAPE["vocab_size"],
 }
+# The 31B's kind: no per-layer embeddings nor MoE; its global layers take V from K, with fewer
+# KV heads (the layers the C++ CPU forward runs too).
+LIKE_31B = {
+    **COMMON,
+    "hidden_size_per_layer_input": 0,
+    "attention_k_eq_v": True,
+    "num_global_key_value_heads": 1,
+}
 MOE = {
     **COMMON,
     "hidden_size_per_layer_input": 0,
@@ -56,8 +64,8 @@ MOE = {
 
 
 def gemma4(moe: bool = False, seed: int = 3, **overrides: object) -> torch.nn.Module:
-    """The tiny model; expert weights ~ N(0, 1 / fan_in), layer output and expert scales in
-    [0.5, 1.5] (build_hf leaves these at N(0, 1) and 1)."""
+    """The tiny model (overrides: LIKE_31B's kind, say); expert weights ~ N(0, 1 / fan_in), layer
+    output and expert scales in [0.5, 1.5] (build_hf leaves these at N(0, 1) and 1)."""
     model = build_hf("gemma4_text", seed=seed, **{**(MOE if moe else DENSE), **overrides})
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -120,7 +128,7 @@ def write_gemma4_gguf(
     c = model.config
     sliding = [t == "sliding_attention" for t in c.layer_types]
     # transformers' config has no single head_dim (nor KV heads) any more: the overrides'.
-    settings = {**SHAPE, **(MOE if c.enable_moe_block else DENSE)}
+    settings = {**SHAPE, **(LIKE_31B if c.attention_k_eq_v else DENSE)}
     full_dim, swa_dim = settings["global_head_dim"], settings["head_dim"]
     w = gguf.GGUFWriter(str(path), "gemma4")
     add_shape(w, c.num_hidden_layers, c.max_position_embeddings, c.hidden_size, c.intermediate_size)

@@ -51,8 +51,10 @@ V_NORM = "V norms"
 PER_LAYER_INPUTS = "per-layer embeddings"
 DENSE_AND_MOE = "dense and MoE MLPs side by side"
 SCALED_ROUTER = "scaled MoE routers"
-# Gemma 4's; the C++ CPU forward runs none of them yet.
+# Gemma 4's; the C++ CPU forward runs the first four (the 31B's), not the small models'
+# per-layer embeddings nor the 26B's MoE.
 _GEMMA4 = (LAYER_HEADS, SHARED_KV, K_AS_V, V_NORM, PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
+_NOT_ON_CPU = (PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
 
 FEATURES = (
     SLIDING,
@@ -77,7 +79,7 @@ FEATURES = (
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
     "torch": frozenset(FEATURES) - {RECURRENT},
-    "cpu": frozenset(FEATURES) - {RECURRENT, *_GEMMA4},
+    "cpu": frozenset(FEATURES) - {RECURRENT, *_NOT_ON_CPU},
     "cuda": frozenset(),
 }
 

@@ -9,6 +9,8 @@ independently of the rest of the batch (so greedy output is batch-invariant).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -18,6 +20,9 @@ from met.model.capability import cannot_run
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
+
+if TYPE_CHECKING:
+    from met.model.families.spec import LayerSpec
 
 _MLP_NAMES = ("w_gate_up", "w_down")
 
@@ -93,6 +98,7 @@ class CpuLlama:
                 "n_experts_used": c.n_experts_used,
                 "moe_norm_topk": c.moe_norm_topk,
             }
+        self._keep: list[Tensor] = []  # tables and weights made here, alive as long as _impl
         layers = [
             {
                 "attn_norm": _address(layer["attn_norm"]),
@@ -107,8 +113,9 @@ class CpuLlama:
                 "qk_norm_full": spec.qk_norm == "full",
                 "no_rope": spec.rope == "none",
                 **_post_norms_and_rope(layer, local if spec.rope == "local" else None),
+                **self._own_shape(i, layer, spec),  # last: a layer's own RoPE width wins
             }
-            for layer, spec in zip(model.layers, model.specs, strict=True)
+            for i, (layer, spec) in enumerate(zip(model.layers, model.specs, strict=True))
         ]
         self._impl = _core.cpu.LlamaForward(
             dims,
@@ -122,6 +129,27 @@ class CpuLlama:
             _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
         )
+
+    def _own_shape(self, i: int, layer: dict, spec: LayerSpec) -> dict:
+        """Gemma 4's per-layer parts: widths, pages, RoPE tables, V and the output scale."""
+        model, cache, c = self.model, self.cache, self.config
+        _, n_kv, head_dim = layer["dims"]
+        out: dict = {"head_dim": head_dim, "n_kv_heads": n_kv, "shared_kv": not spec.own_kv}
+        if cache.where is not None:  # a pool of several widths: this layer's own pages
+            k, v = cache.layer_slots(i)
+            out |= {"k_pages": k.data_ptr(), "v_pages": v.data_ptr()}
+        if layer["k_as_v"]:
+            out["k_as_v"] = True
+        if layer["v_norm"]:
+            self._keep.append(torch.ones(head_dim))  # RMSNorm without a weight
+            out["v_norm"] = self._keep[-1].data_ptr()
+        if "out_scale" in layer:
+            out["out_scale"] = _address(layer["out_scale"])
+        if head_dim != c.head_dim and spec.rope != "none":
+            tables = [_dense_table(t) for t in model.wide_tables[spec.rope, head_dim]]
+            self._keep += tables
+            out["rope_cos"], out["rope_sin"] = (t.data_ptr() for t in tables)
+        return out
 
     @property
     def n_threads(self) -> int:
