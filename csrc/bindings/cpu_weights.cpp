@@ -73,7 +73,21 @@ void bind_layer(py::module_& cpu) {
       .def_readwrite("expert_down", &cpu::LayerWeights::expert_down)
       .def_readwrite("qk_norm_full", &cpu::LayerWeights::qk_norm_full)
       .def_readwrite("no_rope", &cpu::LayerWeights::no_rope)
-      .def_readwrite("window", &cpu::LayerWeights::window);
+      .def_readwrite("window", &cpu::LayerWeights::window)
+      .def_readwrite("head_dim", &cpu::LayerWeights::head_dim)
+      .def_readwrite("n_kv_heads", &cpu::LayerWeights::n_kv_heads)
+      .def_readwrite("shared_kv", &cpu::LayerWeights::shared_kv)
+      .def_readwrite("k_as_v", &cpu::LayerWeights::k_as_v);
+  l.def_property(
+      "k_pages", [](const cpu::LayerWeights& w) { return reinterpret_cast<uintptr_t>(w.k_pages); },
+      [](cpu::LayerWeights& w, uintptr_t a) { w.k_pages = reinterpret_cast<void*>(a); },
+      "this layer's K pages (a pool of several widths); 0: the model's pool");
+  l.def_property(
+      "v_pages", [](const cpu::LayerWeights& w) { return reinterpret_cast<uintptr_t>(w.v_pages); },
+      [](cpu::LayerWeights& w, uintptr_t a) { w.v_pages = reinterpret_cast<void*>(a); },
+      "this layer's V pages; 0: the model's pool");
+  address(l, "v_norm", &cpu::LayerWeights::v_norm, "float32 [head_dim] V norm; 0: none");
+  address(l, "out_scale", &cpu::LayerWeights::out_scale, "float32 [1] output scale; 0: none");
   address(l, "attn_norm", &cpu::LayerWeights::attn_norm, "float32 [dim]; 0: no pre-norms");
   address(l, "bqkv", &cpu::LayerWeights::bqkv, "float32 q/k/v biases; 0: none");
   address(l, "q_norm", &cpu::LayerWeights::q_norm, "float32 [head_dim] or [q width]; 0: none");

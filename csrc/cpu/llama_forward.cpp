@@ -45,8 +45,9 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   if (w_.embed.data != nullptr) check_weight(w_.embed, d.vocab, d.dim, "embed");
   check_weight(w_.lm_head, d.vocab, d.dim, "lm_head");
   require(w_.norm && w_.rope_cos && w_.rope_sin && k_cache && v_cache, "null pointer");
-  qkv_width_ = (d.n_heads + 2 * d.n_kv_heads) * d.head_dim;
-  const int64_t q_width = d.n_heads * d.head_dim;
+  qkv_width_ = 0;
+  max_q_width_ = 0;
+  max_kv_width_ = 0;
   require(d.n_experts == 0 || (d.n_experts_used > 0 && d.n_experts_used <= d.n_experts),
           "experts used per token must be 1..n_experts");
   require(d.attn_temp_scale == 0.0 || d.attn_temp_length > 0,
@@ -57,8 +58,22 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
     require(l.attn_norm != nullptr || (l.post_attn_norm && l.post_mlp_norm),
             "a layer without pre-norms needs post norms");
     require(l.window >= 0, "a layer's window must be >= 0");
-    check_weight(l.wqkv, qkv_width_, d.dim, "wqkv");
+    const int64_t hd = head_dim_of(l);
+    const int64_t n_kv = kv_heads_of(l);
+    require(hd > 0 && hd % 2 == 0 && n_kv > 0 && d.n_heads % n_kv == 0,
+            "a layer's head_dim must be even and its heads a multiple of its kv heads");
+    require(hd == d.head_dim || l.no_rope || (l.rope_cos && l.rope_sin),
+            "a layer of its own head width needs its own RoPE tables");
+    require(!l.shared_kv || (l.k_pages && l.v_pages), "a shared-KV layer needs its source's pages");
+    require((l.k_pages == nullptr) == (l.v_pages == nullptr), "one of a layer's pages is null");
+    require(!l.shared_kv || l.bqkv == nullptr, "a shared-KV layer has no K/V biases");
+    const int64_t q_width = d.n_heads * hd;
+    const int64_t kv_rows = l.shared_kv ? 0 : (l.k_as_v ? 1 : 2) * n_kv * hd;
+    check_weight(l.wqkv, q_width + kv_rows, d.dim, "wqkv");
     check_weight(l.wo, d.dim, q_width, "wo");
+    qkv_width_ = std::max(qkv_width_, q_width + kv_rows);
+    max_q_width_ = std::max(max_q_width_, q_width);
+    max_kv_width_ = std::max(max_kv_width_, n_kv * hd);
     if (l.mlp == Mlp::kMoe) {
       check_experts(l);
       continue;
@@ -66,7 +81,7 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
     check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
     check_weight(l.w_down, d.dim, d.ffn, "w_down");
   }
-  max_k_ = std::max({d.dim, q_width, d.ffn});
+  max_k_ = std::max({d.dim, max_q_width_, d.ffn});
 #ifdef _OPENMP
   n_threads_ = n_threads > 0 ? n_threads : omp_get_max_threads();
 #else
@@ -125,8 +140,9 @@ void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
   grow(h_, t * d.dim);
   grow(delta_, t * d.dim);
   grow(qkv_, t * qkv_width_);
-  grow(q_, t * d.n_heads * d.head_dim);
-  grow(attn_, t * d.n_heads * d.head_dim);
+  grow(q_, t * max_q_width_);
+  grow(attn_, t * max_q_width_);
+  grow(v_, n_tokens * max_kv_width_);
   grow(gate_up_, mlp_rows * 2 * d.ffn);
   grow(act_, mlp_rows * d.ffn);
   if (d.n_experts > 0) {
@@ -212,13 +228,17 @@ void LlamaForward::embed(const ForwardBatch& batch, int64_t n_tokens) {
 }
 
 void LlamaForward::residual_norm_row(int64_t t, const float* norm, bool add_delta,
-                                     const float* post_norm, const detail::QuantActs& acts) {
+                                     const float* post_norm, const detail::QuantActs& acts,
+                                     const float* scale) {
   const int64_t dim = dims_.dim;
   float* x = x_.data() + t * dim;
   if (add_delta) {
     float* delta = delta_.data() + t * dim;
     if (post_norm != nullptr) rms_norm_row(delta, post_norm, delta, dim, dims_.norm_eps);
     for (int64_t i = 0; i < dim; ++i) x[i] += delta[i];
+    if (scale != nullptr) {
+      for (int64_t i = 0; i < dim; ++i) x[i] *= *scale;
+    }
   }
   if (norm != nullptr) {
     rms_norm_row(x, norm, h_.data() + t * dim, dim, dims_.norm_eps);
@@ -232,37 +252,37 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
                                    int64_t n_tokens) {
   const LlamaDims& d = dims_;
   const detail::QuantActs acts = quant_acts();
-  const float* post_mlp =
-      layer > 0 ? w_.layers[static_cast<size_t>(layer - 1)].post_mlp_norm : nullptr;
+  const LayerWeights* prev = layer > 0 ? &w_.layers[static_cast<size_t>(layer - 1)] : nullptr;
+  const float* post_mlp = prev != nullptr ? prev->post_mlp_norm : nullptr;
+  const float* prev_scale = prev != nullptr ? prev->out_scale : nullptr;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     // The previous layer's MLP output joins the residual stream here, fused with the norm.
-    residual_norm_row(t, w.attn_norm, layer > 0, post_mlp, acts);
+    residual_norm_row(t, w.attn_norm, layer > 0, post_mlp, acts, prev_scale);
   }
   barrier_.wait();
-  matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, qkv_width_, d.dim, w.wqkv.q, isa_);
+  matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, w.wqkv.n, d.dim, w.wqkv.q, isa_);
   barrier_.wait();
   rope_and_store(w, layer, n_tokens);
   barrier_.wait();
 
-  AttnShape shape{
-      d.n_heads,
-      d.n_kv_heads,
-      d.head_dim,
-      d.block_size,
-      d.attn_scale > 0.0f ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim)),
-      d.kv_half};
+  const int64_t hd = head_dim_of(w);
+  AttnShape shape{d.n_heads,
+                  kv_heads_of(w),
+                  hd,
+                  d.block_size,
+                  d.attn_scale > 0.0f ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd)),
+                  d.kv_half};
   shape.window = w.window;
   shape.softcap = d.attn_softcap;
   shape.sinks = w.sinks;
-  const int64_t layer_offset = layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim;
-  detail::paged_attention_with(attend_, q_.data(), kv_at(k_cache_, layer_offset),
-                               kv_at(v_cache_, layer_offset), attn_.data(), batch.rows, shape);
+  detail::paged_attention_with(attend_, q_.data(), pages(w, false, layer), pages(w, true, layer),
+                               attn_.data(), batch.rows, shape);
   barrier_.wait();
 
-  const int64_t q_width = d.n_heads * d.head_dim;
+  const int64_t q_width = d.n_heads * hd;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
@@ -284,25 +304,33 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
 
 void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens) {
   const LlamaDims& d = dims_;
-  const int64_t hd = d.head_dim;
-  const int64_t kv_width = d.n_kv_heads * hd;
+  const int64_t hd = head_dim_of(w);
+  const int64_t n_kv = w.shared_kv ? 0 : kv_heads_of(w);  // the K heads this layer projects
+  const int64_t kv_width = kv_heads_of(w) * hd;
   const int64_t q_width = d.n_heads * hd;
-  const int64_t layer_offset = layer * d.num_blocks * d.block_size * kv_width;
+  const int64_t width = w.wqkv.n;
+  void* k_pool = pages(w, false, layer);
+  void* v_pool = pages(w, true, layer);
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
-    float* qkv = qkv_.data() + t * qkv_width_;
+    float* qkv = qkv_.data() + t * width;
     if (w.bqkv != nullptr) {
-      for (int64_t i = 0; i < qkv_width_; ++i) qkv[i] += w.bqkv[i];
+      for (int64_t i = 0; i < width; ++i) qkv[i] += w.bqkv[i];
     }
-    qk_norms(w, qkv);
+    // V as it came out of the projection: its own rows, or (K as V) K's before their norm.
+    float* v = qkv + q_width + kv_width;
+    if (w.k_as_v) {
+      v = v_.data() + t * kv_width;
+      std::memcpy(v, qkv + q_width, sizeof(float) * kv_width);
+    }
+    qk_norms(w, qkv, n_kv);
     if (!w.no_rope) {
       const int64_t row = static_cast<int64_t>(positions_[t]) * (hd / 2);
       const float* cos = (w.rope_cos != nullptr ? w.rope_cos : w_.rope_cos) + row;
       const float* sin = (w.rope_sin != nullptr ? w.rope_sin : w_.rope_sin) + row;
-      for (int64_t h = 0; h < d.n_heads + d.n_kv_heads; ++h)
-        rope_rotate_half(qkv + h * hd, cos, sin, hd);
+      for (int64_t h = 0; h < d.n_heads + n_kv; ++h) rope_rotate_half(qkv + h * hd, cos, sin, hd);
     }
     float* q = q_.data() + t * q_width;
     std::memcpy(q, qkv, sizeof(float) * q_width);
@@ -312,20 +340,25 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
       const auto scale = static_cast<float>(1.0 + d.attn_temp_scale * std::log1p(steps));
       for (int64_t i = 0; i < q_width; ++i) q[i] *= scale;
     }
-    const int64_t slot = layer_offset + slots_[t] * kv_width;
-    store_kv(qkv + q_width, k_cache_, slot, kv_width);
-    store_kv(qkv + q_width + kv_width, v_cache_, slot, kv_width);
+    if (w.shared_kv) continue;  // its source layer stored the K/V it reads
+    if (w.v_norm != nullptr) {
+      for (int64_t h = 0; h < n_kv; ++h)
+        rms_norm_row(v + h * hd, w.v_norm, v + h * hd, hd, d.norm_eps);
+    }
+    const int64_t slot = slots_[t] * kv_width;
+    store_kv(qkv + q_width, k_pool, slot, kv_width);
+    store_kv(v, v_pool, slot, kv_width);
   }
 }
 
-void LlamaForward::qk_norms(const LayerWeights& w, float* qkv) const {
+void LlamaForward::qk_norms(const LayerWeights& w, float* qkv, int64_t n_kv) const {
   const LlamaDims& d = dims_;
-  const int64_t hd = d.head_dim;
+  const int64_t hd = head_dim_of(w);
   const int64_t q_width = d.n_heads * hd;
   if (w.qk_norm_full) {
     if (w.q_norm != nullptr) rms_norm_row(qkv, w.q_norm, qkv, q_width, d.norm_eps);
-    if (w.k_norm != nullptr) {
-      rms_norm_row(qkv + q_width, w.k_norm, qkv + q_width, d.n_kv_heads * hd, d.norm_eps);
+    if (w.k_norm != nullptr && n_kv > 0) {
+      rms_norm_row(qkv + q_width, w.k_norm, qkv + q_width, n_kv * hd, d.norm_eps);
     }
     return;
   }
@@ -334,11 +367,26 @@ void LlamaForward::qk_norms(const LayerWeights& w, float* qkv) const {
       rms_norm_row(qkv + h * hd, w.q_norm, qkv + h * hd, hd, d.norm_eps);
   }
   if (w.k_norm != nullptr) {
-    for (int64_t h = 0; h < d.n_kv_heads; ++h) {
+    for (int64_t h = 0; h < n_kv; ++h) {
       float* head = qkv + q_width + h * hd;
       rms_norm_row(head, w.k_norm, head, hd, d.norm_eps);
     }
   }
+}
+
+int64_t LlamaForward::head_dim_of(const LayerWeights& w) const {
+  return w.head_dim > 0 ? w.head_dim : dims_.head_dim;
+}
+
+int64_t LlamaForward::kv_heads_of(const LayerWeights& w) const {
+  return w.n_kv_heads > 0 ? w.n_kv_heads : dims_.n_kv_heads;
+}
+
+void* LlamaForward::pages(const LayerWeights& w, bool values, int64_t layer) const {
+  if (w.k_pages != nullptr) return values ? w.v_pages : w.k_pages;
+  const LlamaDims& d = dims_;
+  return kv_at(values ? v_cache_ : k_cache_,
+               layer * d.num_blocks * d.block_size * d.n_kv_heads * d.head_dim);
 }
 
 void* LlamaForward::kv_at(void* pool, int64_t offset) const {
@@ -403,6 +451,9 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
       for (int64_t j = 0; j < d.dim; ++j) out[j] += x[j];
     } else {
       for (int64_t j = 0; j < d.dim; ++j) out[j] = x[j] + delta[j];
+    }
+    if (const float* scale = w_.layers.back().out_scale; scale != nullptr) {
+      for (int64_t j = 0; j < d.dim; ++j) out[j] *= *scale;
     }
     rms_norm_row(out, w_.norm, out, d.dim, d.norm_eps);
     quantize_act_row(h_.data(), d.dim, i, acts, isa_);

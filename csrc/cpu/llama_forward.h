@@ -78,6 +78,21 @@ struct LayerWeights {
   const float* router_bias = nullptr;
   std::vector<const float*> expert_b_gate_up;
   std::vector<const float*> expert_b_down;
+  // Gemma 4. The layer's own head width and KV heads (0: the model's; a width of its own needs
+  // its own RoPE tables). Its K/V pages [num_blocks, block_size, n_kv_heads, head_dim] (null:
+  // the model's pool at this layer's index); a shared-KV layer's are an earlier layer's, which
+  // it attends over: wqkv then holds Q's rows only and the layer stores nothing. k_as_v: V is
+  // the K projection as it came out (wqkv holds Q and K rows). v_norm: V is RMS-normalized per
+  // head with this [head_dim] weight (ones: no weight). out_scale: the layer's output (the
+  // residual after its MLP) times *out_scale; null: 1.
+  int64_t head_dim = 0;
+  int64_t n_kv_heads = 0;
+  void* k_pages = nullptr;
+  void* v_pages = nullptr;
+  bool shared_kv = false;
+  bool k_as_v = false;
+  const float* v_norm = nullptr;
+  const float* out_scale = nullptr;
 };
 
 struct LlamaDims {
@@ -140,7 +155,8 @@ struct ForwardBatch {
 class LlamaForward {
  public:
   // k_cache, v_cache: [n_layers, num_blocks, block_size, n_kv_heads, head_dim], fp32 or, with
-  // dims.kv_half, fp16 (K/V are rounded to nearest even as they are stored).
+  // dims.kv_half, fp16 (K/V are rounded to nearest even as they are stored); a layer with its
+  // own k_pages/v_pages (in the same element type) uses those instead.
   // Throws std::invalid_argument on inconsistent shapes (std::runtime_error on a bad
   // MET_CPU_ISA). n_threads <= 0: OpenMP's default. Every step runs the kernel path active now.
   LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_cache, void* v_cache,
@@ -182,10 +198,16 @@ class LlamaForward {
   // Token t's residual row, after adding the last sublayer's output when add_delta, normalized
   // with `norm` into h_ and quantized there for the next matmul.
   // With post_norm, the sublayer's output is normalized by it before it joins (Gemma).
+  // With scale (the previous layer's out_scale), the residual is multiplied by it after the add.
   void residual_norm_row(int64_t t, const float* norm, bool add_delta, const float* post_norm,
-                         const detail::QuantActs& acts);
+                         const detail::QuantActs& acts, const float* scale = nullptr);
   void rope_and_store(const LayerWeights& w, int64_t layer, int64_t n_tokens);
-  void qk_norms(const LayerWeights& w, float* qkv) const;  // one token's Q/K norms, in place
+  // One token's Q/K norms over its n_kv K heads (0: a shared-KV layer's Q only), in place.
+  void qk_norms(const LayerWeights& w, float* qkv, int64_t n_kv) const;
+  // A layer's head width and KV heads (its own or the model's), and its K/V pages.
+  int64_t head_dim_of(const LayerWeights& w) const;
+  int64_t kv_heads_of(const LayerWeights& w) const;
+  void* pages(const LayerWeights& w, bool values, int64_t layer) const;
   // Element `offset` of a pool, in its element type.
   void* kv_at(void* pool, int64_t offset) const;
   // n floats into the pool at element `offset` (rounded to fp16 with kv_half).
@@ -201,13 +223,15 @@ class LlamaForward {
   CpuPath path_;
   Isa isa_;
   detail::AttnItemFn attend_;
-  int64_t qkv_width_;
+  int64_t qkv_width_;    // the widest layer's Q/K/V row
+  int64_t max_q_width_;  // and Q row
+  int64_t max_kv_width_;
   int64_t max_k_;
   TeamBarrier barrier_;
   double kernel_seconds_ = 0.0;
   int64_t calls_ = 0;
   // Scratch, grown to the largest batch seen; float rows are dense [tokens, width].
-  std::vector<float> x_, h_, qkv_, q_, attn_, gate_up_, act_, delta_;
+  std::vector<float> x_, h_, qkv_, q_, attn_, gate_up_, act_, delta_, v_;
   std::vector<int32_t> positions_;
   std::vector<int64_t> argmax_;
   std::vector<int64_t> slots_;

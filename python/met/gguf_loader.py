@@ -17,7 +17,7 @@ from met.kernels.cpu_quant import QuantLinear
 from met.kernels.requant import to_kernel_blocks
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
 from met.model.families import FAMILIES, gguf_family
-from met.model.fused import FUSED_QKV, split_fused
+from met.model.fused import FUSED_QKV, split_expert_gate_up, split_fused
 from met.model.linear import Weight
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
@@ -61,6 +61,7 @@ _LAYER_NAMES = {
 }
 # MoE experts stacked in one 3-D tensor [E, F, H] (ffn_down: [E, H, F]), one 2-D slice each.
 _EXPERT_NAMES = {
+    "ffn_gate_up_exps.weight": "w_gate_up",  # gate rows, then up rows (Gemma 4)
     "ffn_gate_exps.weight": "w_gate",
     "ffn_up_exps.weight": "w_up",
     "ffn_down_exps.weight": "w_down",
@@ -148,11 +149,11 @@ def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig
         family=family.name,
         n_layers=int(get("block_count")),
         n_heads=n_heads,
-        n_kv_heads=int(get("attention.head_count_kv", n_heads)),
+        n_kv_heads=_first(get("attention.head_count_kv", n_heads)),
         hidden=hidden,
         head_dim=int(get("attention.key_length", hidden // n_heads)),
         # A MoE's experts have their own width (Qwen3-MoE); Mixtral's is feed_forward_length.
-        ffn=int(
+        ffn=_first(
             field_value(reader, f"{arch}.expert_feed_forward_length") or get("feed_forward_length")
         ),
         vocab=int(get("vocab_size", len(tokens))),
@@ -192,8 +193,15 @@ def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig
         )
     if config.layers is None:  # the family hook may have planned the layers itself
         config.layers = family.layers(config)
+    family.gguf_tensors(config, {t.name for t in reader.tensors})
     config.validate(str(path))
     return config
+
+
+def _first(value: Any) -> int:
+    """A per-layer array's first entry (Gemma 4's KV heads and MLP widths; its family reads
+    the rest), or the value itself."""
+    return int(value[0] if isinstance(value, list) else value)
 
 
 def _rope_scaling(reader: GGUFReader | SplitGGUF, arch: str) -> RopeScaling | None:
@@ -247,8 +255,9 @@ def unpermute_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def _canonical_name(gguf_name: str, family_names: dict[str, str]) -> str | None:
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
+    globals_ = {**_GLOBAL_NAMES, **family_names}
+    if gguf_name in globals_:
+        return globals_[gguf_name]
     match = _LAYER_RE.fullmatch(gguf_name)
     names = {**_LAYER_NAMES, **family_names}
     if match and match.group(2) in names:
@@ -408,5 +417,6 @@ def load_gguf(
         reader.fields.clear()
     weights = dict(iter_weights(reader, config, path, dtype, keep_blocks))
     split_fused(weights, config, path)
+    split_expert_gate_up(weights)
     check_weights(weights, config, path)
     return config, weights

@@ -203,8 +203,8 @@ def _canonical_name(hf_name: str, family: Family) -> str | None:
             rest = hf_name.removeprefix(prefix)
             hf_name = rest if rest.startswith("lm_head.") else "model." + rest
             break
-    if hf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[hf_name]
+    if hf_name in _GLOBAL_NAMES or hf_name in family.hf_names:
+        return {**_GLOBAL_NAMES, **family.hf_names}[hf_name]
     match = _LAYER_RE.fullmatch(hf_name)
     names = {**_LAYER_NAMES, **family.hf_names}
     if match and match.group(2) in names:

@@ -400,6 +400,101 @@ TEST(CpuModel, EachLayerRunsItsOwnKind) {
   EXPECT_THROW(recurrent.make(1), std::invalid_argument);
 }
 
+// Gemma 4's layers (its 31B's kind) on TinyModel's weights: layer 0 as it is, layer 1 with heads
+// twice as wide, one KV head, V from K and its own RoPE tables, layer 2 attending over layer 0's
+// K/V; V norms and output scales everywhere. Pages per width, as the pool keeps them.
+struct Gemma4Layers {
+  TinyModel m;
+  std::vector<float> k0, v0, k1, v1, ones16, ones32, scale = {0.75f};
+
+  Gemma4Layers() {
+    LlamaDims& d = m.dims;
+    d.n_layers = 3;
+    const size_t slots = d.num_blocks * d.block_size;
+    k0.assign(slots * d.n_kv_heads * d.head_dim, 0.0f);
+    v0 = k0;
+    k1.assign(slots * 1 * 32, 0.0f);
+    v1 = k1;
+    ones16.assign(16, 1.0f);
+    ones32.assign(32, 1.0f);
+    uint32_t seed = 200;
+    LayerWeights wide = m.weights.layers[1];
+    wide.head_dim = 32;
+    wide.n_kv_heads = 1;
+    wide.k_as_v = true;
+    wide.wqkv = m.quant((d.n_heads + 1) * 32, d.dim, seed++);
+    wide.wo = m.quant(d.dim, d.n_heads * 32, seed++);
+    m.floats.push_back(random_floats(32, seed++, 0.5f, 1.5f));
+    wide.q_norm = wide.k_norm = m.floats.back().data();
+    m.floats.push_back(std::vector<float>(d.max_positions * 16));
+    m.floats.push_back(std::vector<float>(d.max_positions * 16));
+    for (int64_t p = 0; p < d.max_positions; ++p) {
+      for (int64_t i = 0; i < 16; ++i) {
+        const double angle = p * std::pow(1e6, -2.0 * i / 32) * (i < 4 ? 1.0 : 0.0);
+        m.floats[m.floats.size() - 2][p * 16 + i] = static_cast<float>(std::cos(angle));
+        m.floats.back()[p * 16 + i] = static_cast<float>(std::sin(angle));
+      }
+    }
+    wide.rope_cos = m.floats[m.floats.size() - 2].data();
+    wide.rope_sin = m.floats.back().data();
+    wide.k_pages = k1.data();
+    wide.v_pages = v1.data();
+    wide.v_norm = ones32.data();
+    LayerWeights shared = m.weights.layers[0];
+    shared.shared_kv = true;
+    shared.wqkv = m.quant(d.n_heads * d.head_dim, d.dim, seed++);
+    shared.k_norm = nullptr;
+    m.weights.layers[1] = wide;
+    m.weights.layers.push_back(shared);
+    for (size_t l : {size_t{0}, size_t{2}}) {
+      m.weights.layers[l].k_pages = k0.data();
+      m.weights.layers[l].v_pages = v0.data();
+      m.weights.layers[l].v_norm = ones16.data();
+    }
+    for (LayerWeights& l : m.weights.layers) l.out_scale = scale.data();
+  }
+};
+
+TEST_P(CpuModelOnPath, Gemma4LayersKeepChunkingAndBatchInvariance) {
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  const std::vector<int32_t> table = {5, 2, 9};
+  Gemma4Layers a, b;
+  LlamaForward one = a.m.make(1);
+  LlamaForward two = b.m.make(2);
+  const auto whole = run(one, {{kPrompt, n, table}}, a.m.dims.vocab);
+  std::vector<float> chunked;
+  for (int32_t start = 0; start < n; start += 4) {
+    const int32_t end = std::min(n, start + 4);
+    chunked =
+        run(two, {{{kPrompt.begin() + start, kPrompt.begin() + end}, end, table}}, b.m.dims.vocab);
+  }
+  EXPECT_EQ(whole, chunked);
+  EXPECT_EQ(a.k0, b.k0);
+  EXPECT_EQ(a.v1, b.v1);
+  // Layer 1's V is its K projection, normalized: its pages hold values, and differ from K's.
+  EXPECT_NE(a.k1, a.v1);
+  EXPECT_NE(a.v1, std::vector<float>(a.v1.size(), 0.0f));
+  const auto alone = run(one, {{{7}, n + 1, table}}, a.m.dims.vocab);
+  run(two, {{{4, 4, 4, 4, 4}, 5, {10, 11}}}, b.m.dims.vocab);
+  const auto mixed =
+      run(two, {{{9}, 6, {10, 11}}, {{7}, n + 1, table}, {{2, 3, 5, 7, 11, 13, 17}, 7, {20, 21}}},
+          b.m.dims.vocab);
+  EXPECT_EQ(alone, last_logits(mixed, 1, b.m.dims.vocab));
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(CpuModel, Gemma4LayersOfTheWrongShapeAreRefused) {
+  Gemma4Layers wide_qkv;  // a shared-KV layer projects Q only
+  wide_qkv.m.weights.layers[2].wqkv = wide_qkv.m.weights.layers[0].wqkv;
+  EXPECT_THROW(wide_qkv.m.make(1), std::invalid_argument);
+  Gemma4Layers no_tables;  // a width of its own needs its own RoPE tables
+  no_tables.m.weights.layers[1].rope_cos = nullptr;
+  EXPECT_THROW(no_tables.m.make(1), std::invalid_argument);
+  Gemma4Layers no_pages;
+  no_pages.m.weights.layers[2].k_pages = no_pages.m.weights.layers[2].v_pages = nullptr;
+  EXPECT_THROW(no_pages.m.make(1), std::invalid_argument);
+}
+
 TEST(CpuModel, BadInputIsRefusedBeforeThePoolIsTouched) {
   TinyModel m;
   LlamaForward f = m.make(2);

@@ -36,7 +36,7 @@ WEATHER = ToolSpec(
 )
 CLOCK = ToolSpec("get_time", None, {"type": "object", "properties": {}})
 SCHEMAS = {t.name: t.parameters for t in (WEATHER, CLOCK)}
-FORMATS = ["hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "generic"]
+FORMATS = ["hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "gemma4", "generic"]
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 
 from met.chat.types import ToolSpec
@@ -26,6 +27,13 @@ EFFORT_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": None}
 class Thinking:
     opened: bool  # the prompt already opened the think block
     budget: int | None  # tokens of thinking before the end marker is forced
+    open_tag: str = "<think>"  # the block's markers (Gemma 4: its thought channel's)
+    close_tag: str = "</think>"
+
+
+def _regex_text(text: str) -> str:
+    """`text` matched literally inside a Lark /regex/."""
+    return re.escape(text).replace("/", "\\/")
 
 
 def lit(text: str) -> str:
@@ -67,6 +75,14 @@ class Plan:
             return None
         return "\n".join(["%llguidance {}", *self._start(), *body]) + "\n"
 
+    def _opener(self, tag: str) -> str:
+        """The block's opening marker: its token, or (Gemma 4's <|channel>thought) the token of
+        its first marker and the rest as text."""
+        head = next((m for m in self.specials if tag.startswith(m) and m != tag), None)
+        if tag in self.specials or head is None:
+            return self._token(tag)
+        return f"{self._token(head)} {lit(tag.removeprefix(head))}"
+
     def _token(self, text: str) -> str:
         """A marker: its token by id where it is one token of the model, else its text."""
         return f"<[{self.specials[text]}]>" if text in self.specials else lit(text)
@@ -76,22 +92,24 @@ class Plan:
         if thinking is None:
             return ["start: body"]
         cap = "" if thinking.budget is None else f"[max_tokens={max(thinking.budget, 1)}]"
-        if "</think>" in self.specials:
+        close = _regex_text(thinking.close_tag)
+        if thinking.close_tag in self.specials:
             # The thinking text cannot hold the end marker, which follows it as its token: the
             # model may write that token at any point, and at the budget it is the only choice.
-            no_close = "/(?s:.*)/ & ~/(?s:.*)<\\/think>(?s:.*)/"
+            no_close = f"/(?s:.*)/ & ~/(?s:.*){close}(?s:.*)/"
             rules = [
                 f"think_text{cap}: {no_close}",
-                f"think_end: think_text {self._token('</think>')}",
+                f"think_end: think_text {self._token(thinking.close_tag)}",
             ]
         else:  # the marker is several tokens: the text ends at its first occurrence
             if cap:
                 log.warning(
-                    "</think> is not one token of this model: the thinking budget is not enforced"
+                    "%s is not one token of this model: the thinking budget is not enforced",
+                    thinking.close_tag,
                 )
-            rules = ["think_end[lazy]: /(?s:.*)<\\/think>/"]
+            rules = [f"think_end[lazy]: /(?s:.*){close}/"]
         rules.append("think_gap: /\\n{0,2}/")
-        opener = self._token("<think>")
+        opener = self._opener(thinking.open_tag)
         if thinking.opened:
             return [*rules, "start: think_end think_gap body"]
         # A model whose template thinks writes the block (Qwen3 an empty one when told not to
@@ -103,7 +121,8 @@ class Plan:
         rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(self.tools))))
         rules += [f"call_{i}: {self._call(t, i)}" for i, t in enumerate(self.tools)]
         sep, head, tail = self._list()
-        many = f"call ({lit(sep)} call)*" if self.parallel else "call"
+        many = f"call ({lit(sep)} call)*" if sep else "call+"  # gemma4: back to back
+        many = many if self.parallel else "call"
         rules.append(" ".join(filter(None, ["body:", head, many, tail])))
         return rules
 
@@ -117,6 +136,8 @@ class Plan:
             return ", ", self._token("[TOOL_CALLS]") + ' "["', '"]"'
         if self.fmt == "pythonic":
             return ", ", '"["', '"]"'
+        if self.fmt == "gemma4":
+            return "", "", ""
         if self.parallel:  # generic
             return ", ", lit('{"tool_calls": ['), lit("]}")
         return ", ", lit('{"tool_call": '), lit("}")
@@ -134,6 +155,8 @@ class Plan:
             return self._coder_call(tool)
         if self.fmt == "pythonic":
             return _pythonic_call(tool)
+        if self.fmt == "gemma4":
+            return self._gemma4_call(tool)
         raise ValueError(f"tool_choice: the {self.fmt} format cannot force a call")
 
     def _coder_call(self, tool: ToolSpec) -> str:
@@ -144,6 +167,23 @@ class Plan:
             item = "(" + opener + " " + value + " " + lit("\n</parameter>\n") + ")"
             parts.append(item if required else item + "?")
         parts += [lit("</function>\n"), self._token("</tool_call>")]
+        return " ".join(parts)
+
+    def _gemma4_call(self, tool: ToolSpec) -> str:
+        """`<|tool_call>call:NAME{k:v,...}<tool_call|>`: keyword arguments in schema order, the
+        required ones always; strings between <|"|> markers (as qwen3_coder's: an enum's values,
+        or text without '<'), other values JSON (the parser reads JSON's strings too)."""
+        quote = self._token('<|"|>')
+        parts, first = [self._token("<|tool_call>"), lit(f"call:{tool.name}{{")], True
+        for key, schema, required in _properties(tool):
+            value = json_rule(schema)
+            if schema.get("type") == "string":
+                value = f"{quote} {_coder_text(schema)} {quote}"
+            text = f"{lit(key + ':')} {value}"
+            piece = text if first else f'"," {text}'
+            parts.append(f"({piece})" if required else f"({piece})?")
+            first = first and not required
+        parts += ['"}"', self._token("<tool_call|>")]
         return " ".join(parts)
 
 

@@ -17,10 +17,18 @@ from met.chat.constrain import EFFORT_BUDGETS, Plan, Thinking
 from met.chat.harmony import HarmonyParser
 from met.chat.parsers import TOOL_PARSERS, ChoiceParser
 from met.chat.parsers.base import NoTools
+from met.chat.parsers.gemma4 import CALL_CLOSE, CALL_OPEN, QUOTE
 from met.chat.parsers.hermes import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from met.chat.parsers.jsonish import ARGS, PYTHON_TAG, TOOL_CALLS
 from met.chat.parsers.pythonic import PYTHON_END, PYTHON_START
-from met.chat.parsers.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
+from met.chat.parsers.reasoning import (
+    CHANNEL,
+    CHANNEL_CLOSE,
+    REASONING_TAGS,
+    THINK_CLOSE,
+    THINK_OPEN,
+    ReasoningSplitter,
+)
 from met.chat.render import generic_system_text, template_messages, tool_dicts, with_system_text
 from met.chat.setup import HARMONY, ChatSetup
 from met.chat.types import ChatEvent, ChatRequest, ChatResult, Finish, Logprobs, ToolSpec, Usage
@@ -34,7 +42,7 @@ log = logging.getLogger("met.chat")
 
 # What the output parsers look for; the ones a model has as control tokens must stay in the text.
 MARKERS = (THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALLS, ARGS, PYTHON_TAG)
-MARKERS += (PYTHON_START, PYTHON_END)
+MARKERS += (PYTHON_START, PYTHON_END, CALL_OPEN, CALL_CLOSE, QUOTE, CHANNEL, CHANNEL_CLOSE)
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
@@ -54,7 +62,8 @@ class PreparedChat:
         tools = TOOL_PARSERS.get(self.tool_format, NoTools)(self.request.tools, self.max_calls)
         reasoning = None
         if self.setup.reasoning is not None:
-            reasoning = ReasoningSplitter(inside=self.starts_thinking)
+            tags = REASONING_TAGS[self.setup.reasoning]
+            reasoning = ReasoningSplitter(self.starts_thinking, *tags)
         return ChoiceParser(tools, reasoning)
 
 
@@ -147,16 +156,17 @@ def _thinking(
     """Whether (and how) the output may begin with thinking; None when it cannot."""
     if state.chat_setup.reasoning is None:
         return None
-    at = tail.rfind(THINK_OPEN)
-    opened = at >= 0 and THINK_CLOSE not in tail[at:]
-    if not opened and (THINK_CLOSE in tail or enable is False):
+    open_tag, close_tag = REASONING_TAGS[state.chat_setup.reasoning]
+    at = tail.rfind(open_tag)
+    opened = at >= 0 and close_tag not in tail[at:]
+    if not opened and (close_tag in tail or enable is False):
         return None  # the template closed the think block: no thinking this turn
     budget = request.max_thinking_tokens
     if budget is None and request.reasoning_effort is not None:
         budget = EFFORT_BUDGETS.get(request.reasoning_effort)
     if budget is None:
         budget = state.settings.max_thinking_tokens
-    return Thinking(opened, budget)
+    return Thinking(opened, budget, open_tag, close_tag)
 
 
 @functools.cache

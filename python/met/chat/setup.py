@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TOOL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "generic")
-REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both split <think>...</think>
+TOOL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "gemma4", "generic")
+# qwen3 and deepseek_r1 split <think>...</think>, gemma4 <|channel>thought...<channel|>.
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "gemma4")
 # gpt-oss's harmony (met.chat.harmony): the library renders the prompt and parses channels, for
 # tools and reasoning at once; chosen by the template (its <|channel|>), not by a flag.
 HARMONY = "harmony"
@@ -31,6 +32,8 @@ def detect_tool_format(template: str | None) -> str | None:
     """The format a template writes calls in, or None when it does not take tools."""
     if not template or "tools" not in template:
         return None
+    if "<|tool_call>" in template:
+        return "gemma4"
     if "<function=" in template and "<tool_call>" in template:
         return "qwen3_coder"
     if "<tool_call>" in template:
@@ -42,6 +45,12 @@ def detect_tool_format(template: str | None) -> str | None:
     if "<|python_tag|>" in template or ("ipython" in template and '"parameters"' in template):
         return "llama3_json"
     return None
+
+
+def _detect_reasoning(template: str | None) -> str | None:
+    if template and "<|channel>thought" in template:
+        return "gemma4"
+    return "qwen3" if template and "<think>" in template else None
 
 
 def resolve_setup(
@@ -57,7 +66,7 @@ def resolve_setup(
     else:
         fmt, source = tool_parser, "flag"
     if reasoning_parser in (None, "auto"):
-        reasoning = "qwen3" if template and "<think>" in template else None
+        reasoning = _detect_reasoning(template)
     else:
         reasoning = None if reasoning_parser == "none" else reasoning_parser
     # A flag choosing a format the template does not write still gets the template's rendering

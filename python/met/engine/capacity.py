@@ -39,6 +39,9 @@ def weight_bytes(model) -> int:
     """Bytes the model's weights hold in memory (a tied embedding counted once)."""
     seen: dict[int, int] = {}
     weights = [model.embed, model.lm_head, model.norm]
+    ple = getattr(model, "ple", None)  # per-layer embeddings (Gemma 4): one more table
+    if ple is not None:
+        weights += [ple.embed, ple.model_proj, ple.norm]
     for layer in model.layers:
         for value in layer.values():
             if isinstance(value, MoeBlock):  # the router and the experts this rank holds

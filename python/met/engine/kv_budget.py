@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from met.model.config import ModelConfig
+from met.model.kv_cache import layer_kv_shapes
 
 # cuBLAS workspaces, the CUDA context's own allocations made after this point, allocator slack.
 _GPU_SLACK_BYTES = 512 << 20
@@ -31,8 +32,9 @@ class PoolShape:
 def pool_shape(
     mc: ModelConfig, element: int, block_size: int, max_model_len: int, tp_size: int
 ) -> PoolShape:
-    kv_heads = mc.n_kv_heads // tp_size  # this rank's share
-    per_token = 2 * mc.n_layers * kv_heads * mc.head_dim * element
+    # This rank's share of each layer's KV heads; a shared-KV layer (Gemma 4) stores nothing.
+    owned = [shape for shape in layer_kv_shapes(mc, tp_size) if shape is not None]
+    per_token = 2 * sum(n_kv * dim for n_kv, dim in owned) * element
     return PoolShape(per_token * block_size, math.ceil(max_model_len / block_size) + 1)
 
 

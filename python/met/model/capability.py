@@ -17,6 +17,7 @@ from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig, ModelLoadError
 
 if TYPE_CHECKING:
+    from met.model.families.spec import LayerSpec
     from met.model.llama import LlamaModel
 
 FORWARDS = {"torch": "the torch forward", "cpu": "the C++ CPU forward", "cuda": "the CUDA forward"}
@@ -46,6 +47,17 @@ ROPE_MAGNITUDE = "scaled RoPE magnitude"
 SINKS = "attention sinks"
 TOPK_ROUTER = "top-k softmax routing"  # gpt-oss's, with its router and expert biases
 CLAMPED_SWIGLU = "clamped SwiGLU experts"
+LAYER_HEADS = "per-layer head widths"
+SHARED_KV = "shared-KV layers"
+K_AS_V = "V from the K projection"
+V_NORM = "V norms"
+PER_LAYER_INPUTS = "per-layer embeddings"
+DENSE_AND_MOE = "dense and MoE MLPs side by side"
+SCALED_ROUTER = "scaled MoE routers"
+# Gemma 4's; the C++ CPU forward runs the first four (the 31B's), not the small models'
+# per-layer embeddings nor the 26B's MoE.
+_GEMMA4 = (LAYER_HEADS, SHARED_KV, K_AS_V, V_NORM, PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
+_NOT_ON_CPU = (PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
 
 FEATURES = (
     SLIDING,
@@ -67,12 +79,13 @@ FEATURES = (
     SINKS,
     TOPK_ROUTER,
     CLAMPED_SWIGLU,
+    *_GEMMA4,
 )
 # What each forward implements (the basic layer, pre-norm attention with RoPE and a dense
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
     "torch": frozenset(FEATURES) - {RECURRENT},
-    "cpu": frozenset(FEATURES) - {RECURRENT},
+    "cpu": frozenset(FEATURES) - {RECURRENT, *_NOT_ON_CPU},
     "cuda": frozenset(),
 }
 
@@ -95,6 +108,13 @@ def model_features(config: ModelConfig) -> list[str]:
                 (RECURRENT, spec.mixer == "recurrent"),
                 (SINKS, spec.sinks),
                 (TOPK_ROUTER, spec.mlp == "moe" and spec.router == "topk_softmax"),
+                (LAYER_HEADS, _own_heads(config, spec)),
+                (SHARED_KV, not spec.own_kv),
+                (K_AS_V, spec.k_as_v),
+                (V_NORM, spec.v_norm),
+                (PER_LAYER_INPUTS, spec.per_layer_input),
+                (DENSE_AND_MOE, spec.mlp == "dense+moe"),
+                (SCALED_ROUTER, spec.router == "scaled"),
             )
             if used
         }
@@ -111,6 +131,13 @@ def model_features(config: ModelConfig) -> list[str]:
         if used:
             needed.add(name)
     return [name for name in FEATURES if name in needed]
+
+
+def _own_heads(config: ModelConfig, spec: LayerSpec) -> bool:
+    return spec.head_dim not in (None, config.head_dim) or spec.n_kv_heads not in (
+        None,
+        config.n_kv_heads,
+    )
 
 
 def missing(config: ModelConfig, forward: str) -> list[str]:

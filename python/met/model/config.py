@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 # A layer without pre-norms (OLMo 2) has no attn_norm/mlp_norm; whole-projection Q/K norms (OLMo 2)
 # are q_norm [nh*hd], k_norm [nkv*hd]. gpt-oss adds .bo [H] (the output projection's bias),
 # .sinks [nh] (attention sinks), .b_router [E] and per expert .b_gate/.b_up [F], .b_down [H].
+# Gemma 4: a shared-KV layer has no wk/wv/k_norm, a K-as-V layer no wv; its MoE layers have,
+# beside the dense MLP, the experts' .moe_norm (their input norm), .post_mlp_norm_1 and
+# .post_moe_norm (the two outputs' norms), .router_scale [H] and .expert_scale [E]; .out_scale [1]
+# scales a layer's output; per-layer embeddings: ple_embed [V, L*D], ple_model_proj [L*D, H],
+# ple_proj_norm [D], per layer .ple_gate [D, H], .ple_proj [H, D], .ple_norm [H].
 # Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
 # (1 + w) is folded in by the loaders, as llama.cpp's converter does).
 
@@ -103,6 +108,8 @@ class ModelConfig:
     # layer; "" and None for a config built by hand, whose plan follows from the fields above.
     family: str = ""
     layers: list[LayerSpec] | None = None
+    # Per-layer embeddings (Gemma 4's small models): the width of each layer's slice; 0: none.
+    per_layer_dim: int = 0
 
     def layer_specs(self) -> list[LayerSpec]:
         """What each layer is (met.model.families.spec), as the forwards execute it."""
@@ -133,12 +140,13 @@ class ModelConfig:
         if self.head_dim % 2:
             raise ModelLoadError(f"{source}: head_dim {self.head_dim} must be even for RoPE")
 
-    def inv_freq(self, local: bool = False) -> list[float]:
+    def inv_freq(self, local: bool = False, head_dim: int | None = None) -> list[float]:
         """RoPE inverse frequencies per rotated pair, with any context-extension rescale applied
-        (local: the sliding layers' own, never rescaled)."""
-        half = self.head_dim // 2
+        (local: the sliding layers' own, never rescaled), for heads of `head_dim` (default the
+        config's; a layer may have its own, Gemma 4)."""
+        dim = head_dim or self.head_dim
         theta = self.rope_local_theta if local else self.rope_theta
-        freqs = [theta ** (-2.0 * i / self.head_dim) for i in range(half)]
+        freqs = [theta ** (-2.0 * i / dim) for i in range(dim // 2)]
         if local:
             return freqs
         if self.rope_freq_factors is not None:
@@ -149,7 +157,7 @@ class ModelConfig:
         if scaling.kind == "linear":
             return [f / scaling.factor for f in freqs]
         if scaling.kind == "yarn":
-            return _yarn(freqs, scaling, theta, self.head_dim)
+            return _yarn(freqs, scaling, theta, dim)
         return [_llama3_rescale(f, scaling) for f in freqs]
 
 
@@ -192,26 +200,40 @@ def _yarn(freqs: list[float], s: RopeScaling, theta: float, dim: int) -> list[fl
 def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) -> None:
     """Raise ModelLoadError naming `source` when a tensor the forward needs is absent."""
     needed = ["embed", "norm"]
+    if config.per_layer_dim:
+        needed += ["ple_embed", "ple_model_proj", "ple_proj_norm"]
     for i, spec in enumerate(config.layer_specs()):
-        names = ["wq", "wk", "wv", "wo"]
-        if spec.mlp == "moe":
-            parts = ("w_gate", "w_up", "w_down")
-            experts = range(config.n_experts)
-            names += ["router"] + [f"experts.{e}.{n}" for e in experts for n in parts]
-        else:
-            names += ["w_gate", "w_up", "w_down"]
-        if spec.pre_norms:
-            names += ["attn_norm", "mlp_norm"]
-        if spec.post_norms:
-            names += ["post_attn_norm", "post_mlp_norm"]
-        if spec.qk_norm != "none":
-            names += ["q_norm", "k_norm"]
-        if spec.sinks:
-            names += ["sinks"]
-        needed += [f"layers.{i}.{n}" for n in names]
+        needed += [f"layers.{i}.{n}" for n in _layer_weights(config, spec)]
     missing = [n for n in needed if n not in weights]
     if missing:
         raise ModelLoadError(
             f"{source}: {len(missing)} tensors are missing (first: {missing[0]}); the file is "
             "incomplete or not a Llama-style model"
         )
+
+
+def _layer_weights(config: ModelConfig, spec: LayerSpec) -> list[str]:
+    """The canonical names of the weights one layer's plan reads."""
+    own_kv = [] if spec.kv_source is not None else ["wk"] if spec.k_as_v else ["wk", "wv"]
+    names = ["wq", *own_kv, "wo"]
+    if spec.mlp != "dense":
+        parts = ("w_gate", "w_up", "w_down")
+        experts = range(config.n_experts)
+        names += ["router"] + [f"experts.{e}.{n}" for e in experts for n in parts]
+    if spec.mlp != "moe":
+        names += ["w_gate", "w_up", "w_down"]
+    if spec.mlp == "dense+moe":
+        names += ["moe_norm", "post_mlp_norm_1", "post_moe_norm"]
+    if spec.router == "scaled":
+        names += ["router_scale", "expert_scale"]
+    if spec.pre_norms:
+        names += ["attn_norm", "mlp_norm"]
+    if spec.post_norms:
+        names += ["post_attn_norm", "post_mlp_norm"]
+    if spec.qk_norm != "none":
+        names += ["q_norm"] + (["k_norm"] if spec.kv_source is None else [])
+    if spec.per_layer_input:
+        names += ["ple_gate", "ple_proj", "ple_norm"]
+    if spec.sinks:
+        names += ["sinks"]
+    return names

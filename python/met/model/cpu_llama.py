@@ -78,10 +78,13 @@ class CpuLlama:
         weights.lm_head = _weight(model.lm_head)
         weights.norm = _address(model.norm)
         weights.rope_cos, weights.rope_sin = self._cos.data_ptr(), self._sin.data_ptr()
-        weights.layers = [
-            _layer(layer, spec, local if spec.rope == "local" else None)
-            for layer, spec in zip(model.layers, model.specs, strict=True)
-        ]
+        self._keep: list[Tensor] = []  # tables and weights made here, alive as long as _impl
+        layers = []
+        for i, (layer, spec) in enumerate(zip(model.layers, model.specs, strict=True)):
+            out = _layer(layer, spec, local if spec.rope == "local" else None)
+            self._own_shape(i, layer, spec, out)  # last: a layer's own RoPE width wins
+            layers.append(out)
+        weights.layers = layers
         self._impl = _core.cpu.LlamaForward(
             _dims(model, cache, self._cos.shape[0]),
             weights,
@@ -89,6 +92,25 @@ class CpuLlama:
             _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
         )
+
+    def _own_shape(self, i: int, layer: dict, spec: LayerSpec, out: _core.cpu.LayerWeights) -> None:
+        """Gemma 4's per-layer parts: widths, pages, RoPE tables, V and the output scale."""
+        model, cache, c = self.model, self.cache, self.config
+        _, n_kv, head_dim = layer["dims"]
+        out.head_dim, out.n_kv_heads, out.shared_kv = head_dim, n_kv, not spec.own_kv
+        if cache.where is not None:  # a pool of several widths: this layer's own pages
+            k, v = cache.layer_slots(i)
+            out.k_pages, out.v_pages = k.data_ptr(), v.data_ptr()
+        out.k_as_v = bool(layer["k_as_v"])
+        if layer["v_norm"]:
+            self._keep.append(torch.ones(head_dim))  # RMSNorm without a weight
+            out.v_norm = self._keep[-1].data_ptr()
+        if "out_scale" in layer:
+            out.out_scale = _address(layer["out_scale"])
+        if head_dim != c.head_dim and spec.rope != "none":
+            tables = [_dense_table(t) for t in model.wide_tables[spec.rope, head_dim]]
+            self._keep += tables
+            out.rope_cos, out.rope_sin = (t.data_ptr() for t in tables)
 
     @property
     def n_threads(self) -> int:

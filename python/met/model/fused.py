@@ -52,3 +52,14 @@ def _check(weight: Weight, rows: int, name: str, source: object) -> None:
             f"{source}: {name} has {_n_rows(weight)} rows, expected {rows}; the file's shapes "
             "are inconsistent"
         )
+
+
+def split_expert_gate_up(weights: dict[str, Weight]) -> None:
+    """Replaces each expert's fused gate+up weight (`experts.{e}.w_gate_up`, gate rows first:
+    llama.cpp's ffn_gate_up_exps, transformers' experts.gate_up_proj) by its two halves."""
+    for name in [n for n in weights if n.endswith(".w_gate_up")]:
+        fused = weights.pop(name)
+        half = _n_rows(fused) // 2
+        stem = name.removesuffix("w_gate_up")
+        weights[stem + "w_gate"] = _rows(fused, 0, half)
+        weights[stem + "w_up"] = _rows(fused, half, 2 * half)

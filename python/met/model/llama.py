@@ -19,6 +19,12 @@ from torch import Tensor
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.kv_cache import PagedKvCache
+from met.model.layer_extras import (
+    head_norms,
+    own_values,
+    take_layer_extras,
+    take_per_layer_inputs,
+)
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, clamped_swiglu, take_moe_block
 from met.model.rope import rope_table, rotate_half
@@ -91,26 +97,34 @@ class LlamaModel:
         self.specs = config.layer_specs()
         if any(spec.mixer != "attention" for spec in self.specs):
             raise ValueError("the torch forward runs attention layers only")
+        # Per-layer embeddings (Gemma 4's small models): model-wide tables, None without.
+        self.ple = take_per_layer_inputs(config, take) if config.per_layer_dim else None
         self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
+        # Layers whose fresh K/V a shared-KV layer reads in the same step.
+        self.kv_sources = {s.kv_source for s in self.specs if s.kv_source is not None}
         self._rope_tables(max_positions or config.context_length)
 
     def _fuse_layer(self, weights: dict[str, Weight], i: int, take) -> dict[str, Weight | None]:
         # One QKV and one gate/up matmul per layer instead of five: per-op overhead dominates
         # small-batch decode on the CPU.
-        p, spec = f"layers.{i}.", self.specs[i]
+        p, spec, c = f"layers.{i}.", self.specs[i], self.config
         bias = None
         if p + "bq" in weights:
             bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
+        # A shared-KV layer projects only Q; a K-as-V layer (Gemma 4) Q and K.
+        own = [] if not spec.own_kv else ["wk"] if spec.k_as_v else ["wk", "wv"]
         q_norm = take(p + "q_norm") if spec.qk_norm != "none" else None
-        k_norm = take(p + "k_norm") if spec.qk_norm != "none" else None
+        k_norm = take(p + "k_norm") if spec.qk_norm != "none" and spec.own_kv else None
+        dims = (c.n_heads, spec.n_kv_heads or c.n_kv_heads, spec.head_dim or c.head_dim)
         pre, post = spec.pre_norms, spec.post_norms
         return {
+            "dims": dims,
             "attn_norm": take(p + "attn_norm") if pre else None,
-            "wqkv": self._fuse([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
+            "wqkv": self._fuse([take(p + n) for n in ["wq", *own]]),
             "bqkv": bias,
             "q_norm": q_norm,
             "k_norm": k_norm,
-            "qk_norm": self._head_norms(q_norm, k_norm) if spec.qk_norm == "head" else None,
+            "qk_norm": head_norms(q_norm, k_norm, dims) if spec.qk_norm == "head" else None,
             "wo": take(p + "wo"),
             "bo": take(p + "bo") if p + "bo" in weights else None,
             "sinks": take(p + "sinks") if spec.sinks else None,
@@ -120,21 +134,14 @@ class LlamaModel:
             **self._mlp(weights, i, take),
         }
 
-    def _head_norms(self, q_norm: Tensor, k_norm: Tensor) -> Tensor:
-        # Per-head Q and K norms as one [n_heads + n_kv_heads, head_dim] scale: the rotated Q/K
-        # tensor is normalized per head in one op.
-        c = self.config
-        norms = [q_norm.expand(c.n_heads, -1), k_norm.expand(c.n_kv_heads, -1)]
-        return torch.cat(norms).contiguous()
-
     def _mlp(self, weights: dict[str, Weight], i: int, take) -> dict[str, Weight | MoeBlock]:
-        p = f"layers.{i}."
-        if self.specs[i].mlp == "dense":
-            return {
-                "w_gate_up": self._fuse([take(p + "w_gate"), take(p + "w_up")]),
-                "w_down": take(p + "w_down"),
-            }
-        return {"moe": take_moe_block(weights, i, self.config, take, self._fuse, self._gated)}
+        p, out = f"layers.{i}.", {}
+        if self.specs[i].mlp != "moe":
+            out["w_gate_up"] = self._fuse([take(p + "w_gate"), take(p + "w_up")])
+            out["w_down"] = take(p + "w_down")
+        if self.specs[i].mlp != "dense":
+            out["moe"] = take_moe_block(weights, i, self.config, take, self._fuse, self._gated)
+        return out | take_layer_extras(weights, i, self.specs[i], take)
 
     def _fuse(self, parts: list[Weight]) -> Weight:
         return fuse_rows(parts, self.dtype, self.device)
@@ -146,6 +153,14 @@ class LlamaModel:
         self.local_cos = self.local_sin = None
         if c.rope_local_theta is not None:
             self.local_cos, self.local_sin = rope_table(c, max_positions, True, dev, dt)
+        # Tables of the layers with their own head width (Gemma 4), by (rope, head_dim).
+        self.wide_tables = {
+            (s.rope, s.head_dim): rope_table(
+                c, max_positions, s.rope == "local", dev, dt, s.head_dim
+            )
+            for s in self.specs
+            if s.head_dim not in (None, c.head_dim) and s.rope != "none"
+        }
 
     def allocate_kv_cache(
         self, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None
@@ -183,20 +198,33 @@ class LlamaModel:
         if int(pos.max()) >= self.cos.shape[0]:
             raise ValueError(f"position {int(pos.max())} is past the RoPE table")
         c = self.config
-        windows = [spec.window for spec in self.specs]
-        # One attention plan per distinct window (Gemma: global and sliding layers).
-        plans = {w: self._plan(cache, block_tables, seq_lens, cu_seqlens, w) for w in windows}
-        tables = {"global": (self.cos[pos], self.sin[pos]), "none": None}
+        # One attention plan per distinct window and query heads per KV head (Gemma: global and
+        # sliding layers).
+        kinds = {self._plan_kind(i) for i in range(c.n_layers)}
+        plans = {k: self._plan(cache, block_tables, seq_lens, cu_seqlens, *k) for k in kinds}
+        tables = {("global", None): (self.cos[pos], self.sin[pos])}
         if self.local_cos is not None:
-            tables["local"] = (self.local_cos[pos], self.local_sin[pos])
+            tables["local", None] = (self.local_cos[pos], self.local_sin[pos])
+        tables |= {key: (cos[pos], sin[pos]) for key, (cos, sin) in self.wide_tables.items()}
         temperature = self._temperature(pos)
         x = embedding(ids, self.embed)
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
+        per_layer = None if self.ple is None else self.ple.inputs(ids, x, self._norm)
+        fresh: dict[int, tuple[Tensor, Tensor]] = {}  # this step's K/V of the kv_sources
         for i, (layer, spec) in enumerate(zip(self.layers, self.specs, strict=True)):
             kv = cache.layer_slots(i)
-            rope = tables[spec.rope]
-            x = self._layer(x, layer, kv, slots, rope, temperature, plans[spec.window])
+            key = (spec.rope, None if spec.head_dim == c.head_dim else spec.head_dim)
+            rope = None if spec.rope == "none" else tables[key]
+            shared = None if spec.own_kv else fresh[spec.kv_source]
+            plan = plans[self._plan_kind(i)]
+            x, new_kv = self._layer(x, layer, kv, slots, rope, temperature, plan, shared)
+            if i in self.kv_sources:
+                fresh[i] = new_kv
+            if per_layer is not None and spec.per_layer_input:
+                x = self.ple.add(x, per_layer[:, i], layer, self._norm)
+            if "out_scale" in layer:
+                x = x * layer["out_scale"]
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
         normed = self._norm(x[rows], self.norm)
         return normed.float() if hidden else self.head(normed)
@@ -210,6 +238,10 @@ class LlamaModel:
             cap = self.config.final_softcap
             logits = torch.tanh(logits / cap) * cap
         return logits
+
+    def _plan_kind(self, layer: int) -> tuple[int | None, int]:
+        n_heads, n_kv, _ = self.layers[layer]["dims"]
+        return self.specs[layer].window, n_heads // n_kv
 
     def _temperature(self, pos: Tensor) -> Tensor | None:
         """Each token's query scale [T, 1, 1] under query temperature (Ministral 3), else None."""
@@ -229,39 +261,54 @@ class LlamaModel:
         rope: tuple[Tensor, Tensor] | None,
         temperature: Tensor | None,
         plan: _AttnPlan,
-    ) -> Tensor:
-        c = self.config
-        n_tok, q_width, kv_width = x.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        shared: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """The layer's output and this step's K/V; shared: a shared-KV layer's source's, which
+        it attends over (in the pool already) instead of its own."""
+        n_heads, n_kv, head_dim = w["dims"]
+        n_tok, q_width = x.shape[0], n_heads * head_dim
+        kv_width = 0 if shared is not None else n_kv * head_dim
         qkv = linear(self._pre_norm(x, w["attn_norm"]), w["wqkv"], w["bqkv"])
         if w["q_norm"] is not None and w["qk_norm"] is None:
             qkv = self._projection_norms(qkv, w["q_norm"], w["k_norm"])
         # Q and K rotate together as one [T, n_heads + n_kv_heads, head_dim] tensor.
-        qk = qkv[:, : q_width + kv_width].view(n_tok, -1, c.head_dim)
+        qk = qkv[:, : q_width + kv_width].view(n_tok, -1, head_dim)
         if w["qk_norm"] is not None:
-            qk = F.rms_norm(qk, (c.head_dim,), eps=c.norm_eps) * w["qk_norm"]
+            qk = F.rms_norm(qk, (head_dim,), eps=self.config.norm_eps) * w["qk_norm"]
         if rope is not None:
             qk = rotate_half(qk, *rope)
-        q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
+        q, k = qk[:, :n_heads], qk[:, n_heads:]
         if temperature is not None:
             q = q * temperature
-        v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
         k_cache, v_cache = kv
-        if k_cache.dtype != k.dtype:
-            # A narrower pool (fp16 KV): attention sees the stored values, fresh rows included.
-            k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
-        k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
+        if shared is not None:
+            k, v = shared
+        else:
+            v = own_values(qkv, w, q_width, kv_width, self.config.norm_eps)
+            if k_cache.dtype != k.dtype:
+                # A narrower pool (fp16 KV): attention sees the stored values, fresh rows too.
+                k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
+            k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
+            v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         out = self._attention(q, k, v, k_cache, v_cache, plan, w["sinks"])
         attn = self._reduced(linear(out, w["wo"]))
         if w["bo"] is not None:  # after the reduce: a bias is added once, not once per rank
             attn = attn + w["bo"]
         x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
+        return x + self._mlp_out(x, w), (k, v)
+
+    def _mlp_out(self, x: Tensor, w: dict[str, Weight | None]) -> Tensor:
+        """What the MLP sublayer adds to the residual x: dense, MoE, or both (Gemma 4: each
+        output normalized, the sum normalized again), through the post-norm where there is one."""
         h = self._pre_norm(x, w["mlp_norm"])
-        if "moe" in w:
-            return x + self._reduced(w["moe"](h))
+        if "w_gate_up" not in w:
+            return self._reduced(w["moe"](h))
         gate, up = linear(h, w["w_gate_up"]).chunk(2, dim=-1)
         mlp = self._reduced(linear(self._gated(gate, up), w["w_down"]))
-        return x + (mlp if w["post_mlp_norm"] is None else self._norm(mlp, w["post_mlp_norm"]))
+        if "moe" in w:
+            experts = self._reduced(w["moe"](self._norm(x, w["moe_norm"]), router_input=x))
+            mlp = self._norm(mlp, w["post_mlp_norm_1"]) + self._norm(experts, w["post_moe_norm"])
+        return mlp if w["post_mlp_norm"] is None else self._norm(mlp, w["post_mlp_norm"])
 
     # The two elementwise stages with a reduction or a transcendental, as methods so that a test
     # reference can run them (and _attention) through the C++ kernels: see test_cpu_model.py.
@@ -313,10 +360,9 @@ class LlamaModel:
     ) -> Tensor:
         """[T, n_heads * head_dim] attention output for the packed queries q [T, n_heads, dim];
         sinks [n_heads]: each head's sink logit (None: no sinks)."""
-        c = self.config
         if plan.all_decode:
             return self._decode_attention(q, k_cache, v_cache, plan, sinks)
-        out = q.new_empty(q.shape[0], c.n_heads * c.head_dim)
+        out = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
         if plan.decode_tokens is not None:
             out[plan.decode_tokens] = self._decode_attention(
                 q[plan.decode_tokens], k_cache, v_cache, plan, sinks
@@ -338,13 +384,13 @@ class LlamaModel:
         # Query heads sharing a KV head become extra query rows of that head ([kv, groups * q]),
         # so grouped-query attention runs without copying K/V once per query head. Inputs stay
         # 4-D: torch's CPU flash kernel takes only those (3-D falls back to the slow math path).
-        c = self.config
-        n_q = q.shape[0]
-        qg = q.permute(1, 0, 2).reshape(1, c.n_kv_heads, self.groups * n_q, c.head_dim)
-        row_sinks = None if sinks is None else grouped_sinks(sinks, self.groups, n_q)
+        (n_q, n_heads, head_dim), n_kv = q.shape, keys.shape[1]
+        groups = n_heads // n_kv
+        qg = q.permute(1, 0, 2).reshape(1, n_kv, groups * n_q, head_dim)
+        row_sinks = None if sinks is None else grouped_sinks(sinks, groups, n_q)
         kt, vt = keys.transpose(0, 1)[None], values.transpose(0, 1)[None]
         out = self._sdpa(qg, kt, vt, mask, row_sinks)
-        return out.view(c.n_heads, n_q, c.head_dim).transpose(0, 1).reshape(n_q, -1)
+        return out.view(n_heads, n_q, head_dim).transpose(0, 1).reshape(n_q, -1)
 
     def _decode_attention(
         self,
@@ -354,14 +400,13 @@ class LlamaModel:
         plan: _AttnPlan,
         sinks: Tensor | None = None,
     ) -> Tensor:
-        c = self.config
-        n_rows = q.shape[0]
+        (n_rows, n_heads, head_dim), n_kv = q.shape, k_cache.shape[1]
         keys = k_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)  # [D, kv, context, dim]
         values = v_cache[plan.decode_slots].to(q.dtype).transpose(1, 2)
-        qg = q.view(n_rows, c.n_kv_heads, self.groups, c.head_dim)
-        head_sinks = None if sinks is None else sinks.view(1, c.n_kv_heads, self.groups)
+        qg = q.view(n_rows, n_kv, n_heads // n_kv, head_dim)
+        head_sinks = None if sinks is None else sinks.view(1, n_kv, n_heads // n_kv)
         out = self._sdpa(qg, keys, values, plan.decode_mask, head_sinks)
-        return out.reshape(n_rows, c.n_heads * c.head_dim)
+        return out.reshape(n_rows, n_heads * head_dim)
 
     def _plan(
         self,
@@ -370,8 +415,10 @@ class LlamaModel:
         seq_lens: IntArray,
         cu_seqlens: IntArray,
         window: int | None,
+        groups: int,
     ) -> _AttnPlan:
-        """The rows' attention plan for layers that read the last `window` keys (None: all)."""
+        """The rows' attention plan for layers that read the last `window` keys (None: all),
+        `groups` query heads to each KV head."""
         dev, bs = self.device, cache.block_size
         tables = torch.as_tensor(block_tables, dtype=torch.long).to(dev)
         ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
@@ -382,7 +429,7 @@ class LlamaModel:
             raise ValueError("a row's context is longer than its block table covers")
         single = [b for b in range(len(ctx)) if cu[b + 1] - cu[b] == 1]
         prefill = [
-            self._prefill_row(tables[b], ctx[b], cu[b], cu[b + 1], bs, window)
+            self._prefill_row(tables[b], ctx[b], cu[b], cu[b + 1], bs, window, groups)
             for b in range(len(ctx))
             if cu[b + 1] - cu[b] > 1
         ]
@@ -407,7 +454,14 @@ class LlamaModel:
         return mask.masked_fill_(~allowed, float("-inf"))
 
     def _prefill_row(
-        self, table: Tensor, ctx: int, start: int, end: int, bs: int, window: int | None
+        self,
+        table: Tensor,
+        ctx: int,
+        start: int,
+        end: int,
+        bs: int,
+        window: int | None,
+        groups: int,
     ) -> _PrefillRow:
         dev, n_q = self.device, end - start
         key_pos = torch.arange(ctx, device=dev)
@@ -415,7 +469,7 @@ class LlamaModel:
         allowed = key_pos[None, :] <= query_pos[:, None]
         if window:
             allowed &= key_pos[None, :] > query_pos[:, None] - window
-        mask = self._additive(allowed.repeat(self.groups, 1))
+        mask = self._additive(allowed.repeat(groups, 1))
         # A row that starts at position 0 has all its keys in this step's fresh K/V.
         slots = None if ctx == n_q else table[key_pos // bs] * bs + key_pos % bs
         return _PrefillRow(start, end, slots, mask)

@@ -10,6 +10,8 @@ for Mixtral, per `norm_topk_prob` for Qwen3-MoE). Mixtral's "softmax over the to
 the same numbers: exp(l_i) / sum_topk exp(l_j) = p_i / sum_topk p_j. gpt-oss (router kind
 "topk_softmax") computes it that way: its router has a bias, its experts biases on gate/up and
 down, and its own gated activation (the clamped SwiGLU), which the block takes as `activation`.
+Gemma 4 (router kind "scaled") routes the residual stream, RMS-normalized and scaled, while its
+experts read their own normalized input, and scales each chosen expert's weight (ScaledRouter).
 
 Batched: the T * k (token, expert) pairs are sorted by expert, and each expert with tokens runs
 one matmul over the rows routed to it; the outputs are scaled by their routing weights and
@@ -25,6 +27,7 @@ output. The router is replicated, so every rank makes the same routing decisions
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -36,6 +39,17 @@ from met.model.linear import Weight, linear
 ExpertWeights = tuple[Weight, Weight]  # (w_gate_up [2F, H]: gate rows then up rows, w_down)
 ExpertBiases = tuple[Tensor, Tensor]  # (b_gate_up [2F], b_down [H])
 Activation = Callable[[Tensor, Tensor], Tensor]  # (gate, up) -> the down projection's input
+
+
+@dataclass(frozen=True)
+class ScaledRouter:
+    """Gemma 4's router: it reads its input RMS-normalized (no weight) times `scale` ([H], the
+    learned scale over sqrt(hidden)); each chosen expert's weight is then multiplied by its
+    `expert_scale` [E] (after the top-k renormalization)."""
+
+    scale: Tensor
+    expert_scale: Tensor
+    eps: float
 
 
 def silu_gated(gate: Tensor, up: Tensor) -> Tensor:
@@ -78,8 +92,10 @@ class MoeBlock:
         router_bias: Tensor | None = None,
         biases: Mapping[int, ExpertBiases] | None = None,
         activation: Activation = silu_gated,
+        scaled: ScaledRouter | None = None,
     ) -> None:
         self.router = router
+        self.scaled = scaled
         self.router_kind = router_kind
         self.router_bias = router_bias
         self.experts = dict(experts)
@@ -93,9 +109,16 @@ class MoeBlock:
         if any(not 0 <= e < self.n_experts for e in self.experts):
             raise ValueError(f"expert ids must be in 0..{self.n_experts - 1}")
 
-    def __call__(self, x: Tensor) -> Tensor:
-        logits = linear(x, self.router, self.router_bias)
+    def __call__(self, x: Tensor, router_input: Tensor | None = None) -> Tensor:
+        """The experts' output for their input x; router_input: what the router reads, when
+        not x (Gemma 4 routes the residual stream, its experts read it normalized)."""
+        r = x if router_input is None else router_input
+        if self.scaled is not None:
+            r = F.rms_norm(r, (r.shape[-1],), eps=self.scaled.eps) * self.scaled.scale
+        logits = linear(r, self.router, self.router_bias)
         weights, ids = route(logits, self.top_k, self.norm_topk, self.router_kind)
+        if self.scaled is not None:
+            weights = weights * self.scaled.expert_scale[ids].float()
         flat_ids = ids.reshape(-1)
         order = torch.argsort(flat_ids, stable=True)
         # Row j of the sorted pairs belongs to token order[j] // k.
@@ -150,6 +173,11 @@ def take_moe_block(
         if expert_name(layer, e, "b_gate") in weights
     }
     router_bias = take(p + "b_router") if p + "b_router" in weights else None
+    scaled = None
+    if config.layer_specs()[layer].router == "scaled":
+        # The router's input scale and 1 / sqrt(hidden) as one vector.
+        scale = take(p + "router_scale") * config.hidden**-0.5
+        scaled = ScaledRouter(scale, take(p + "expert_scale"), config.norm_eps)
     return MoeBlock(
         take(p + "router"),
         experts,
@@ -159,6 +187,7 @@ def take_moe_block(
         router_bias=router_bias,
         biases=biases,
         activation=activation,
+        scaled=scaled,
     )
 
 

@@ -9,11 +9,17 @@ from met.model.config import ModelConfig
 
 
 def rope_table(
-    config: ModelConfig, max_positions: int, local: bool, device: torch.device, dtype: torch.dtype
+    config: ModelConfig,
+    max_positions: int,
+    local: bool,
+    device: torch.device,
+    dtype: torch.dtype,
+    head_dim: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """cos and sin [max_positions, 1, head_dim / 2] (broadcast over the heads of a [T, heads,
-    dim] tensor); local: the sliding layers' own base (Gemma 3)."""
-    inv_freq = torch.tensor(config.inv_freq(local), dtype=torch.float64)
+    dim] tensor); local: the sliding layers' own base (Gemma 3); head_dim: a layer's own
+    (Gemma 4), default the config's."""
+    inv_freq = torch.tensor(config.inv_freq(local, head_dim), dtype=torch.float64)
     angles = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
     scale = config.rope_attn_factor  # Phi-3's LongRoPE magnitude, 1 elsewhere
     cos = (angles.cos() * scale).to(device, dtype)[:, None, :]

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from met.model.config import ModelConfig
+from met.model.families.spec import LayerSpec
 from met.model.moe import expert_of, keep_experts
 from met.parallel.experts import check_expert_split
 
@@ -42,6 +43,11 @@ def check_divisible(config: ModelConfig, world: int, expert_parallel: bool = Fal
             "tensor parallel: attention sinks and biased experts (gpt-oss) are not split over "
             "ranks; serve this model on one rank"
         )
+    if world > 1 and any(_own_shapes(s) for s in config.layer_specs()):
+        raise ShardError(
+            "tensor parallel: layers with their own head widths, per-layer embeddings or a dense "
+            "MLP beside the experts (Gemma 4) are not split over ranks yet; run it on one"
+        )
     if expert_parallel:
         check_expert_split(config, world)
     if config.n_heads % world or config.n_kv_heads % world:
@@ -59,6 +65,10 @@ def check_divisible(config: ModelConfig, world: int, expert_parallel: bool = Fal
         raise ShardError(
             f"tensor parallel: cannot split the MLP width {config.ffn} over {world} ranks"
         )
+
+
+def _own_shapes(spec: LayerSpec) -> bool:
+    return bool(spec.head_dim or spec.n_kv_heads or spec.per_layer_input) or spec.mlp == "dense+moe"
 
 
 def _valid_sizes(config: ModelConfig, expert_parallel: bool) -> str:

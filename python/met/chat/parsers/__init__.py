@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from met.chat.parsers.base import NoTools, ToolParser
+from met.chat.parsers.gemma4 import Gemma4Parser
 from met.chat.parsers.generic import GenericParser
 from met.chat.parsers.hermes import HermesParser, Qwen3CoderParser
 from met.chat.parsers.jsonish import Llama3JsonParser, MistralParser
@@ -20,6 +21,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
         MistralParser,
         PythonicParser,
         GenericParser,
+        Gemma4Parser,
     )
 }
 

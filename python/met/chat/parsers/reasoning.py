@@ -1,10 +1,19 @@
-"""Splits `<think>...</think>` reasoning off the front of the output (Qwen3, DeepSeek-R1)."""
+"""Splits reasoning off the front of the output: `<think>...</think>` (Qwen3, DeepSeek-R1) or
+Gemma 4's thought channel, `<|channel>thought ...<channel|>`."""
 
 from __future__ import annotations
 
 from met.chat.parsers.base import partial_prefix
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+CHANNEL, CHANNEL_CLOSE = "<|channel>", "<channel|>"
+CHANNEL_OPEN = CHANNEL + "thought"
+# Each reasoning parser's (opening, closing) markers.
+REASONING_TAGS = {
+    "qwen3": (THINK_OPEN, THINK_CLOSE),
+    "deepseek_r1": (THINK_OPEN, THINK_CLOSE),
+    "gemma4": (CHANNEL_OPEN, CHANNEL_CLOSE),
+}
 
 
 class ReasoningSplitter:

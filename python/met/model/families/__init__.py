@@ -6,6 +6,7 @@ from met.model.config import ModelLoadError
 from met.model.families import (
     gemma2,
     gemma3,
+    gemma4,
     gpt_oss,
     llama,
     ministral,
@@ -33,6 +34,7 @@ FAMILIES: dict[str, Family] = {
         phi3,
         gemma2,
         gemma3,
+        gemma4,
         olmo2,
         smollm3,
         mistral3,

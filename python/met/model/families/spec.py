@@ -17,10 +17,12 @@ MIXERS = ("attention", "recurrent")  # recurrent: no forward runs one yet
 ROPES = ("global", "local", "none")  # local: the sliding layers' own base (Gemma 3)
 QK_NORMS = ("none", "head", "full")  # head: per head (Qwen3); full: whole projection (OLMo 2)
 NORMS = ("pre", "sandwich", "post")  # sandwich: pre and post (Gemma); post: post only (OLMo 2)
-MLPS = ("dense", "moe")
+MLPS = ("dense", "moe", "dense+moe")  # dense+moe: both in parallel, summed (Gemma 4's MoE)
 # softmax: over all E router logits, then the top k (Qwen3-MoE, Mixtral); topk_softmax: the top k
-# logits, then a softmax over those (gpt-oss; equal to softmax when renormalised).
-ROUTERS = ("softmax", "topk_softmax")
+# logits, then a softmax over those (gpt-oss; equal to softmax when renormalised); scaled (Gemma
+# 4): softmax routing of the residual, RMS-normalized and scaled by a learned vector /
+# sqrt(hidden), and per-expert output scales.
+ROUTERS = ("softmax", "topk_softmax", "scaled")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,16 @@ class LayerSpec:
     # Attention sinks (gpt-oss): a learned logit per query head in the softmax denominator, with
     # no value: the layer's weights hold it as `sinks` [n_heads].
     sinks: bool = False
+    # Gemma 4: a layer's own head width and KV head count (None: the config's); the earlier
+    # layer whose K/V it attends over instead of projecting its own (shared KV: it has no K/V
+    # projection and no pages in the pool); V taken from the K projection, V RMS-normalized
+    # without a weight; a per-layer embedding input added after the MLP.
+    head_dim: int | None = None
+    n_kv_heads: int | None = None
+    kv_source: int | None = None
+    k_as_v: bool = False
+    v_norm: bool = False
+    per_layer_input: bool = False
 
     def __post_init__(self) -> None:
         for value, allowed in (
@@ -49,6 +61,10 @@ class LayerSpec:
         ):
             if value not in allowed:
                 raise ValueError(f"LayerSpec: {value!r} is not one of {', '.join(allowed)}")
+
+    @property
+    def own_kv(self) -> bool:
+        return self.kv_source is None
 
     @property
     def pre_norms(self) -> bool:
@@ -115,18 +131,22 @@ class Family:
 
     gguf_config(config, get) and hf_config(config, raw) complete a config the loaders filled with
     the fields every family shares; hf_weights(weights) adjusts the canonical weights of a
-    folder (Gemma's (1 + w) norms). hf_names maps a Hugging Face layer tensor suffix to its
-    canonical name, over the common ones (hf_loader._LAYER_NAMES)."""
+    folder (Gemma's (1 + w) norms). hf_names maps a Hugging Face layer tensor suffix (or a whole
+    global tensor name) to its canonical name, over the common ones (hf_loader._LAYER_NAMES)."""
 
     name: str
     gguf_archs: tuple[str, ...] = ()
     hf_types: tuple[str, ...] = ()
     gguf_permuted: bool = False  # llama.cpp's converter interleaves Q/K rows (NORM RoPE archs)
     gguf_config: Callable[[ModelConfig, GgufGet], None] = _unchanged
+    # What the plan takes from a GGUF file's tensor names (Gemma 4: layers without attn_v).
+    gguf_tensors: Callable[[ModelConfig, set[str]], None] = _unchanged
     hf_config: Callable[[ModelConfig, dict[str, Any]], None] = _unchanged
     layers: Callable[[ModelConfig], list[LayerSpec]] = standard_layers
     hf_names: Mapping[str, str] = field(default_factory=dict)
-    gguf_names: Mapping[str, str] = field(default_factory=dict)  # over gguf_loader._LAYER_NAMES
+    # GGUF tensor name (global) or layer tensor suffix -> canonical name, over the common ones
+    # (gguf_loader._GLOBAL_NAMES, _LAYER_NAMES).
+    gguf_names: Mapping[str, str] = field(default_factory=dict)
     hf_text_prefixes: tuple[str, ...] = ()  # multimodal checkpoints: where the text model is
     hf_weights: Callable[[dict[str, Tensor]], None] = _unchanged
     turn_end_tokens: tuple[str, ...] = ()  # also end generation (Gemma's <end_of_turn>)
