@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -178,7 +178,7 @@ def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig
     except ModelLoadError as exc:
         raise ModelLoadError(f"{path}: {exc}") from None
     rotated = int(get("rope.dimension_count", config.head_dim))
-    if rotated != config.head_dim:
+    if rotated != config.head_dim and not config.rope_dims:
         raise ModelLoadError(
             f"{path}: RoPE over {rotated} of {config.head_dim} head dimensions (partial rotary) "
             "is not supported"
@@ -239,12 +239,13 @@ def unpermute_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     )
 
 
-def _canonical_name(gguf_name: str) -> str | None:
+def _canonical_name(gguf_name: str, family_names: Mapping[str, str]) -> str | None:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     match = _LAYER_RE.fullmatch(gguf_name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    names = {**_LAYER_NAMES, **family_names}
+    if match and match.group(2) in names:
+        return f"layers.{match.group(1)}.{names[match.group(2)]}"
     if match and match.group(2) in _EXPERT_NAMES:
         return f"layers.{match.group(1)}.{_STACKED}.{_EXPERT_NAMES[match.group(2)]}"
     legacy = _LEGACY_EXPERT_RE.fullmatch(match.group(2)) if match else None
@@ -297,7 +298,7 @@ def _tensor_weights(
     file: BinaryIO,
 ) -> Iterator[tuple[str, Weight]]:
     """The weights one GGUF tensor holds: none, itself, or each expert's slice of a stack."""
-    name = _canonical_name(tensor.name)
+    name = _canonical_name(tensor.name, FAMILIES[config.family].gguf_names)
     if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
         name = None  # a router or experts in a file without expert_count
     if name is None and _LAYER_RE.fullmatch(tensor.name):
@@ -394,6 +395,7 @@ def load_gguf(
         # the config read; dropping them before the weights arrive lowers the loading peak.
         reader.fields.clear()
     weights = dict(iter_weights(reader, config, path, dtype, keep_blocks))
+    FAMILIES[config.family].load_weights(weights, config, "gguf")
     split_fused(weights, config, path)
     check_weights(weights, config, path)
     return config, weights

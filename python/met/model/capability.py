@@ -36,6 +36,9 @@ POST_NORMS = "post-sublayer norms"
 NO_PRE_NORMS = "layers without pre-norms"
 MOE = "mixture-of-experts MLPs"
 RECURRENT = "recurrent layers"
+ATTN_GATE = "gated attention output"
+PARTIAL_ROPE = "partial RoPE"
+SHARED_EXPERT = "gated shared experts"
 GELU = "GeLU(tanh) MLPs"
 ATTN_SOFTCAP = "attention soft-capping"
 FINAL_SOFTCAP = "final-logit soft-capping"
@@ -54,6 +57,9 @@ FEATURES = (
     NO_PRE_NORMS,
     MOE,
     RECURRENT,
+    ATTN_GATE,
+    PARTIAL_ROPE,
+    SHARED_EXPERT,
     GELU,
     ATTN_SOFTCAP,
     FINAL_SOFTCAP,
@@ -65,8 +71,8 @@ FEATURES = (
 # What each forward implements (the basic layer, pre-norm attention with RoPE and a dense
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
-    "torch": frozenset(FEATURES) - {RECURRENT},
-    "cpu": frozenset(FEATURES) - {RECURRENT},
+    "torch": frozenset(FEATURES),
+    "cpu": frozenset(FEATURES) - {RECURRENT, ATTN_GATE, PARTIAL_ROPE, SHARED_EXPERT},
     "cuda": frozenset(),
 }
 
@@ -87,6 +93,8 @@ def model_features(config: ModelConfig) -> list[str]:
                 (NO_PRE_NORMS, not spec.pre_norms),
                 (MOE, spec.mlp == "moe"),
                 (RECURRENT, spec.mixer == "recurrent"),
+                (ATTN_GATE, spec.attn_gate),
+                (SHARED_EXPERT, spec.shared_expert),
             )
             if used
         }
@@ -98,6 +106,7 @@ def model_features(config: ModelConfig) -> list[str]:
         (QUERY_SCALE, config.query_scale is not None),
         (QUERY_TEMPERATURE, bool(config.attn_temp_scale)),
         (ROPE_MAGNITUDE, config.rope_attn_factor != 1.0),
+        (PARTIAL_ROPE, config.rope_dims not in (0, config.head_dim)),
     ):
         if used:
             needed.add(name)

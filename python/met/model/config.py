@@ -19,8 +19,28 @@ if TYPE_CHECKING:
 # .experts.{e}.w_gate/.w_up [F, H], .experts.{e}.w_down [H, F], F the expert's width (ffn).
 # A layer without pre-norms (OLMo 2) has no attn_norm/mlp_norm; whole-projection Q/K norms (OLMo 2)
 # are q_norm [nh*hd], k_norm [nkv*hd].
+# A gated attention layer (Qwen3.5) has .wq_gate [nh*hd, H] beside wq. A recurrent layer (Gated
+# DeltaNet) has instead of wq..wo the RECURRENT_WEIGHTS: .ssm_qkv [2*kh*kd + vh*vd, H] (q, k, v
+# channels, value heads grouped by key head), .ssm_z [vh*vd, H], .ssm_beta/.ssm_alpha [vh, H],
+# .ssm_conv [conv_dim, kernel], .ssm_dt [vh] (dt_bias), .ssm_a [vh] (-exp(A_log)), .ssm_norm
+# [vd] (the gated norm's weight, as stored), .ssm_out [H, vh*vd]. A shared expert (Qwen3-Next
+# MoE) is .shexp_gate [1, H] and .shexp.w_gate/.w_up [F_shared, H], .shexp.w_down.
 # Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
 # (1 + w) is folded in by the loaders, as llama.cpp's converter does).
+
+
+RECURRENT_WEIGHTS = (
+    "ssm_qkv",
+    "ssm_z",
+    "ssm_beta",
+    "ssm_alpha",
+    "ssm_conv",
+    "ssm_dt",
+    "ssm_a",
+    "ssm_norm",
+    "ssm_out",
+)
+SHARED_EXPERT_WEIGHTS = ("shexp_gate", "shexp.w_gate", "shexp.w_up", "shexp.w_down")
 
 
 class ModelLoadError(RuntimeError):
@@ -39,6 +59,28 @@ class RopeScaling:
     high_freq_factor: float = 4.0
     beta_fast: float = 32.0  # yarn: rotations per context where the ramp starts and ends
     beta_slow: float = 1.0
+
+
+@dataclass
+@dataclass(frozen=True)
+class RecurrentShape:
+    """A Gated DeltaNet layer's shape (Qwen3.5 / Qwen3-Next): k_heads query/key heads of k_dim,
+    v_heads value heads of v_dim (each key head serves v_heads / k_heads consecutive value
+    heads), a depthwise causal conv1d of `kernel` taps over the q, k, v channels."""
+
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    kernel: int
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.v_heads * self.v_dim
 
 
 @dataclass
@@ -97,6 +139,12 @@ class ModelConfig:
     # layer; "" and None for a config built by hand, whose plan follows from the fields above.
     family: str = ""
     layers: list[LayerSpec] | None = None
+    # Partial RoPE (Qwen3.5 / Qwen3-Next): only the first rope_dims of each head rotate; 0: all.
+    rope_dims: int = 0
+    # Hybrid models: the recurrent layers' shape and the MoE's gated shared expert's width (0:
+    # none).
+    recurrent: RecurrentShape | None = None
+    shared_ffn: int = 0
 
     def layer_specs(self) -> list[LayerSpec]:
         """What each layer is (met.model.families.spec), as the forwards execute it."""
@@ -130,9 +178,9 @@ class ModelConfig:
     def inv_freq(self, local: bool = False) -> list[float]:
         """RoPE inverse frequencies per rotated pair, with any context-extension rescale applied
         (local: the sliding layers' own, never rescaled)."""
-        half = self.head_dim // 2
+        dims = self.rope_dims or self.head_dim
         theta = self.rope_local_theta if local else self.rope_theta
-        freqs = [theta ** (-2.0 * i / self.head_dim) for i in range(half)]
+        freqs = [theta ** (-2.0 * i / dims) for i in range(dims // 2)]
         if local:
             return freqs
         if self.rope_freq_factors is not None:
@@ -185,7 +233,11 @@ def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) 
     """Raise ModelLoadError naming `source` when a tensor the forward needs is absent."""
     needed = ["embed", "norm"]
     for i, spec in enumerate(config.layer_specs()):
-        names = ["wq", "wk", "wv", "wo"]
+        names = ["wq", "wk", "wv", "wo"] + (["wq_gate"] if spec.attn_gate else [])
+        if spec.mixer == "recurrent":
+            names = list(RECURRENT_WEIGHTS)
+        if spec.shared_expert:
+            names += list(SHARED_EXPERT_WEIGHTS)
         if spec.mlp == "moe":
             parts = ("w_gate", "w_up", "w_down")
             experts = range(config.n_experts)

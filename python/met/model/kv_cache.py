@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 import mmap
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from met.model.config import ModelConfig
+
+if TYPE_CHECKING:
+    from met.model.deltanet import RecurrentState
 
 
 @dataclass
@@ -22,6 +26,8 @@ class PagedKvCache:
 
     k: Tensor
     v: Tensor
+    # A hybrid model's recurrent layers' state per sequence slot (LlamaModel.allocate_kv_cache).
+    state: RecurrentState | None = None
 
     @classmethod
     def allocate(

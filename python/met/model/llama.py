@@ -18,6 +18,7 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
+from met.model.deltanet import DeltaNetLayer, RecurrentRows, RecurrentState
 from met.model.kv_cache import PagedKvCache
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, take_moe_block
@@ -88,8 +89,8 @@ class LlamaModel:
         self.lm_head = take("lm_head") if "lm_head" in weights else self.embed
         self.norm = take("norm")
         self.specs = config.layer_specs()
-        if any(spec.mixer != "attention" for spec in self.specs):
-            raise ValueError("the torch forward runs attention layers only")
+        # Recurrent layers index their own state pool (model/deltanet.py) in layer order.
+        self.recurrent_layers = [i for i, s in enumerate(self.specs) if s.mixer == "recurrent"]
         self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
         self._rope_tables(max_positions or config.context_length)
 
@@ -97,15 +98,19 @@ class LlamaModel:
         # One QKV and one gate/up matmul per layer instead of five: per-op overhead dominates
         # small-batch decode on the CPU.
         p, spec = f"layers.{i}.", self.specs[i]
+        if spec.mixer == "recurrent":
+            return self._recurrent_layer(weights, i, take)
         bias = None
         if p + "bq" in weights:
             bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
         q_norm = take(p + "q_norm") if spec.qk_norm != "none" else None
         k_norm = take(p + "k_norm") if spec.qk_norm != "none" else None
-        pre, post = spec.pre_norms, spec.post_norms
+        pre, post, gated = spec.pre_norms, spec.post_norms, int(spec.attn_gate)
         return {
             "attn_norm": take(p + "attn_norm") if pre else None,
-            "wqkv": self._fuse([take(p + "wq"), take(p + "wk"), take(p + "wv")]),
+            # A gated attention layer's gate rows come last (after V).
+            "wqkv": self._fuse([take(p + n) for n in ("wq", "wk", "wv", "wq_gate")[: 3 + gated]]),
+            "attn_gate": gated,
             "bqkv": bias,
             "q_norm": q_norm,
             "k_norm": k_norm,
@@ -114,6 +119,19 @@ class LlamaModel:
             "mlp_norm": take(p + "mlp_norm") if pre else None,
             "post_attn_norm": take(p + "post_attn_norm") if post else None,
             "post_mlp_norm": take(p + "post_mlp_norm") if post else None,
+            **self._mlp(weights, i, take),
+        }
+
+    def _recurrent_layer(self, weights: dict[str, Weight], i: int, take) -> dict[str, object]:
+        index = self.recurrent_layers.index(i)
+        p, c = f"layers.{i}.", self.config
+        mixer = DeltaNetLayer(take, p, c.recurrent, c.norm_eps, index, self._fuse)
+        return {
+            "attn_norm": take(p + "attn_norm"),
+            "deltanet": mixer,
+            "mlp_norm": take(p + "mlp_norm"),
+            "post_attn_norm": None,
+            "post_mlp_norm": None,
             **self._mlp(weights, i, take),
         }
 
@@ -145,12 +163,23 @@ class LlamaModel:
             self.local_cos, self.local_sin = rope_table(c, max_positions, True, dev, dt)
 
     def allocate_kv_cache(
-        self, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        dtype: torch.dtype | None = None,
+        state_slots: int = 16,
     ) -> PagedKvCache:
         """A pool in `dtype` (default: the model's; a narrower one, such as float16 under float32
-        weights, is rounded to as K/V are stored)."""
+        weights, is rounded to as K/V are stored); a hybrid model's also holds the recurrent
+        state of `state_slots` sequences."""
         kv_dtype = dtype or self.dtype
-        return PagedKvCache.allocate(self.config, num_blocks, block_size, kv_dtype, self.device)
+        cache = PagedKvCache.allocate(self.config, num_blocks, block_size, kv_dtype, self.device)
+        if self.recurrent_layers:
+            cache.state = RecurrentState.allocate(
+                self.config.recurrent, len(self.recurrent_layers), state_slots, self.dtype,
+                self.device,
+            )  # fmt: skip
+        return cache
 
     @torch.inference_mode()
     def forward(
@@ -163,6 +192,7 @@ class LlamaModel:
         seq_lens: IntArray,
         cu_seqlens: IntArray,
         logits_rows: IntArray,
+        state_slots: IntArray | None = None,
     ) -> Tensor:
         """Float32 logits [len(logits_rows), vocab] for the chosen packed positions.
 
@@ -170,6 +200,8 @@ class LlamaModel:
         block_tables: [B, max_blocks] (padding: any value). seq_lens: [B], each row's context
         length including this step's tokens; a row's tokens sit at positions seq_len - q .. -1.
         cu_seqlens: [B + 1] packed start of each row. Writes this step's K/V into `cache`.
+        state_slots: [B] each row's slot in cache.state (hybrid models only): a row starting at
+        position 0 starts from a zeroed state, any other continues its slot's state.
         """
         dev = self.device
         ids = torch.as_tensor(input_ids, dtype=torch.long).to(dev)
@@ -185,12 +217,17 @@ class LlamaModel:
         if self.local_cos is not None:
             tables["local"] = (self.local_cos[pos], self.local_sin[pos])
         temperature = self._temperature(pos)
+        recurrent = self._recurrent_rows(cache, seq_lens, cu_seqlens, state_slots)
         x = embedding(ids, self.embed)
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
         for i, (layer, spec) in enumerate(zip(self.layers, self.specs, strict=True)):
             kv = cache.layer_slots(i)
             rope = tables[spec.rope]
+            if "deltanet" in layer:
+                h = self._pre_norm(x, layer["attn_norm"])
+                x = self._mlp_block(x + layer["deltanet"](h, *recurrent), layer)
+                continue
             x = self._layer(x, layer, kv, slots, rope, temperature, plans[spec.window])
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
         logits = linear(self._norm(x[rows], self.norm), self.lm_head).float()
@@ -199,6 +236,27 @@ class LlamaModel:
         return logits
 
     __call__ = forward
+
+    def _recurrent_rows(
+        self,
+        cache: PagedKvCache,
+        seq_lens: IntArray,
+        cu_seqlens: IntArray,
+        state_slots: IntArray | None,
+    ) -> tuple[RecurrentState, RecurrentRows] | None:
+        """The recurrent layers' state and row plan (None for a model without them); zeroes the
+        state of rows that start at position 0."""
+        if not self.recurrent_layers:
+            return None
+        if state_slots is None or cache.state is None:
+            raise ValueError("a model with recurrent layers needs state_slots and cache.state")
+        ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
+        cu = [int(n) for n in torch.as_tensor(cu_seqlens).tolist()]
+        slots = [int(n) for n in torch.as_tensor(state_slots).tolist()]
+        if len(slots) != len(ctx) or not all(0 <= s < cache.state.n_slots for s in slots):
+            raise ValueError(f"state_slots: one per row, each in 0..{cache.state.n_slots - 1}")
+        cache.state.reset([s for b, s in enumerate(slots) if ctx[b] == cu[b + 1] - cu[b]])
+        return cache.state, RecurrentRows.plan(cu, slots, self.device)
 
     def _temperature(self, pos: Tensor) -> Tensor | None:
         """Each token's query scale [T, 1, 1] under query temperature (Ministral 3), else None."""
@@ -233,15 +291,22 @@ class LlamaModel:
         q, k = qk[:, : c.n_heads], qk[:, c.n_heads :]
         if temperature is not None:
             q = q * temperature
-        v = qkv[:, q_width + kv_width :].view(n_tok, c.n_kv_heads, c.head_dim)
+        v_end = q_width + 2 * kv_width if w["attn_gate"] else None
+        v = qkv[:, q_width + kv_width : v_end].view(n_tok, c.n_kv_heads, c.head_dim)
         k_cache, v_cache = kv
         if k_cache.dtype != k.dtype:
             # A narrower pool (fp16 KV): attention sees the stored values, fresh rows included.
             k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
         k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
         v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
-        attn = self._reduced(linear(self._attention(q, k, v, k_cache, v_cache, plan), w["wo"]))
+        out = self._attention(q, k, v, k_cache, v_cache, plan)
+        if w["attn_gate"]:
+            out = out * torch.sigmoid(qkv[:, v_end:])
+        attn = self._reduced(linear(out, w["wo"]))
         x = x + (attn if w["post_attn_norm"] is None else self._norm(attn, w["post_attn_norm"]))
+        return self._mlp_block(x, w)
+
+    def _mlp_block(self, x: Tensor, w: dict[str, Weight | None]) -> Tensor:
         h = self._pre_norm(x, w["mlp_norm"])
         if "moe" in w:
             return x + self._reduced(w["moe"](h))

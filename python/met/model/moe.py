@@ -52,8 +52,12 @@ class MoeBlock:
         experts: Mapping[int, ExpertWeights],
         top_k: int,
         norm_topk: bool,
+        shared: tuple[Weight, ExpertWeights] | None = None,
     ) -> None:
         self.router = router
+        # Qwen3-Next / Qwen3.5-MoE: (gate [1, H], expert) whose output, times sigmoid(gate . x),
+        # every token adds. Under expert parallelism the rank holding expert 0 adds it.
+        self.shared = shared
         self.experts = dict(experts)
         self.n_experts = router.shape[0] if isinstance(router, Tensor) else router.out_features
         self.top_k = top_k
@@ -80,6 +84,9 @@ class MoeBlock:
                 y = _expert_mlp(x[rows], self.experts[expert])
                 out.index_add_(0, rows, y * pair_weights[start:end, None])
             start = end
+        if self.shared is not None and 0 in self.experts:
+            gate, expert = self.shared
+            out = out + torch.sigmoid(linear(x, gate)) * _expert_mlp(x, expert)
         return out
 
 
@@ -102,7 +109,12 @@ def take_moe_block(
         )
         for e in ids
     }
-    return MoeBlock(take(p + "router"), experts, config.n_experts_used, config.moe_norm_topk)
+    shared = None
+    if p + "shexp_gate" in weights:
+        parts = [take(p + "shexp." + n) for n in ("w_gate", "w_up", "w_down")]
+        shared = (take(p + "shexp_gate"), (fuse(parts[:2]), parts[2]))
+    router = take(p + "router")
+    return MoeBlock(router, experts, config.n_experts_used, config.moe_norm_topk, shared)
 
 
 def _expert_mlp(x: Tensor, weights: ExpertWeights) -> Tensor:

@@ -15,6 +15,9 @@ from met.model.families import (
     qwen2,
     qwen3,
     qwen3moe,
+    qwen3next,
+    qwen35,
+    qwen35moe,
     smollm3,
 )
 from met.model.families.spec import Family, LayerSpec
@@ -34,6 +37,9 @@ FAMILIES: dict[str, Family] = {
         olmo2,
         smollm3,
         mistral3,
+        qwen35,
+        qwen35moe,
+        qwen3next,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from met.model.config import ModelConfig
 
-MIXERS = ("attention", "recurrent")  # recurrent: no forward runs one yet
+MIXERS = ("attention", "recurrent")  # recurrent: a Gated DeltaNet layer (model/deltanet.py)
 ROPES = ("global", "local", "none")  # local: the sliding layers' own base (Gemma 3)
 QK_NORMS = ("none", "head", "full")  # head: per head (Qwen3); full: whole projection (OLMo 2)
 NORMS = ("pre", "sandwich", "post")  # sandwich: pre and post (Gemma); post: post only (OLMo 2)
@@ -29,6 +29,8 @@ class LayerSpec:
     qk_norm: str = "none"
     norms: str = "pre"
     mlp: str = "dense"
+    attn_gate: bool = False  # attention output times sigmoid(a per-channel gate from the input)
+    shared_expert: bool = False  # MoE: plus a sigmoid-gated shared expert (Qwen3-Next)
 
     def __post_init__(self) -> None:
         for value, allowed in (
@@ -91,8 +93,10 @@ class Family:
 
     gguf_config(config, get) and hf_config(config, raw) complete a config the loaders filled with
     the fields every family shares; hf_weights(weights) adjusts the canonical weights of a
-    folder (Gemma's (1 + w) norms). hf_names maps a Hugging Face layer tensor suffix to its
-    canonical name, over the common ones (hf_loader._LAYER_NAMES)."""
+    folder (Gemma's (1 + w) norms), load_weights(weights, config, fmt) those of either format
+    ("gguf" or "hf": splitting fused projections, undoing a converter's reordering). hf_names
+    and gguf_names map a layer tensor suffix to its canonical name, over the common ones
+    (hf_loader._LAYER_NAMES, gguf_loader._LAYER_NAMES)."""
 
     name: str
     gguf_archs: tuple[str, ...] = ()
@@ -102,6 +106,8 @@ class Family:
     hf_config: Callable[[ModelConfig, dict[str, Any]], None] = _unchanged
     layers: Callable[[ModelConfig], list[LayerSpec]] = standard_layers
     hf_names: Mapping[str, str] = field(default_factory=dict)
+    gguf_names: Mapping[str, str] = field(default_factory=dict)
+    load_weights: Callable[[dict[str, Tensor], ModelConfig, str], None] = _unchanged
     hf_text_prefixes: tuple[str, ...] = ()  # multimodal checkpoints: where the text model is
     hf_weights: Callable[[dict[str, Tensor]], None] = _unchanged
     turn_end_tokens: tuple[str, ...] = ()  # also end generation (Gemma's <end_of_turn>)

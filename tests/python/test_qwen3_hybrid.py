@@ -1,0 +1,120 @@
+"""Qwen3.5 / Qwen3.5-MoE / Qwen3-Next (families qwen35, qwen35moe, qwen3next): Gated DeltaNet
+layers with gated attention. transformers' own model on a tiny seeded config is the reference
+for the HF folder and for GGUF files of the same weights as llama.cpp's converter writes them;
+the chunked delta rule against the token-by-token one; the capability table's refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from gguf_writing import Q
+from hf_reference import save_hf
+from hybrid_fixtures import build, rounded_like_gguf, write_gguf
+from model_fixtures import PagedRunner, stepped_logits
+
+from met.gguf_loader import open_gguf, read_config
+from met.model import capability
+from met.model.deltanet import chunk_delta_rule, token_delta_rule
+from met.models import load_model
+
+# Float32: met and transformers differ in summation order only (the chunked rule's solve
+# included): measured 1e-6..8e-6 of the largest logit. A Q8_0 file against transformers with
+# the same rounded weights (the torch forward runs them dequantized): as close (5e-6). Unrounded,
+# these random models move 15-50% under Q8_0 weights, in transformers as in met.
+TOL = {"hf": 2e-5, "f32": 2e-5, "q8_0": 2e-5}
+LONG = [(7 * i + 3) % 97 + 3 for i in range(150)]  # longer than a 64-token delta-rule chunk
+SHORT = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]
+SEQS = {"a": LONG, "b": SHORT}
+# a in two prefill chunks (70 + 75 tokens: the second starts mid-chunk of the rule and
+# carries the conv and delta state), b beside it; then decode steps of both, one token each.
+STEPS = [
+    [("a", LONG[:70]), ("b", SHORT[:4])],
+    [("b", SHORT[4:9]), ("a", LONG[70:145])],
+    [("a", LONG[145:146]), ("b", SHORT[9:10])],
+    [("b", SHORT[10:]), ("a", LONG[146:147])],
+    [("a", LONG[147:148])],
+    [("a", LONG[148:149])],
+    [("a", LONG[149:])],
+]
+
+
+@torch.inference_mode()
+def _reference(model) -> dict[str, torch.Tensor]:
+    return {name: model(torch.tensor([ids])).logits[0].float() for name, ids in SEQS.items()}
+
+
+def _file(tmp_path, model, arch: str, kind: str):
+    if kind == "hf":
+        return save_hf(model, tmp_path / arch)
+    return write_gguf(model, tmp_path / f"{arch}.gguf", arch, getattr(Q, kind.upper()))
+
+
+def _met_logits(path) -> dict[str, torch.Tensor]:
+    _, model, _ = load_model(path, device="cpu", weight_format="auto")
+    return stepped_logits(PagedRunner(model, num_blocks=64, block_size=4, seed=1), STEPS, SEQS)
+
+
+@pytest.mark.parametrize(
+    ("arch", "kind"),
+    [
+        ("qwen35", "hf"),
+        ("qwen35", "f32"),
+        ("qwen35moe", "hf"),
+        ("qwen35moe", "f32"),
+        ("qwen3next", "hf"),
+        ("qwen3next", "f32"),
+        ("qwen3next", "q8_0"),
+    ],
+)
+def test_hybrid_matches_transformers(tmp_path, arch, kind):
+    model = build(arch)
+    got = _met_logits(_file(tmp_path, model, arch, kind))
+    want = _reference(rounded_like_gguf(model, Q.Q8_0) if kind == "q8_0" else model)
+    for seq in SEQS:
+        atol = TOL[kind] * want[seq].abs().max().item()
+        torch.testing.assert_close(got[seq], want[seq], atol=atol, rtol=0, msg=f"{arch} {seq}")
+        ours, theirs = got[seq].argmax(-1), want[seq].argmax(-1)
+        rows = torch.arange(len(ours))
+        gap = want[seq][rows, theirs] - want[seq][rows, ours]
+        assert bool((gap <= atol).all()), f"{arch} {kind} {seq}: argmax {ours} vs {theirs}"
+
+
+def test_chunked_delta_rule_is_the_token_by_token_rule():
+    gen = torch.Generator().manual_seed(0)
+    heads, n, dk, dv = 3, 150, 16, 8
+    q, k = (F.normalize(torch.randn(heads, n, dk, generator=gen), dim=-1) for _ in "qk")
+    v = torch.randn(heads, n, dv, generator=gen)
+    g = -torch.rand(heads, n, generator=gen)
+    beta = torch.rand(heads, n, generator=gen)
+    state = torch.randn(heads, dk, dv, generator=gen)
+    want, want_state = token_delta_rule(q, k, v, g, beta, state)
+    for chunk in (1, 16, 64, 200):  # 200: the whole sequence in one chunk
+        out, final = chunk_delta_rule(q, k, v, g, beta, state, chunk=chunk)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(final, want_state, atol=1e-5, rtol=1e-5)
+    # Two calls carrying the state are one call.
+    first, mid = chunk_delta_rule(q[:, :70], k[:, :70], v[:, :70], g[:, :70], beta[:, :70], state)
+    rest, final = chunk_delta_rule(q[:, 70:], k[:, 70:], v[:, 70:], g[:, 70:], beta[:, 70:], mid)
+    torch.testing.assert_close(torch.cat([first, rest], 1), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(final, want_state, atol=1e-5, rtol=1e-5)
+
+
+def test_hybrid_plan_and_capability(tmp_path):
+    path = write_gguf(build("qwen35moe"), tmp_path / "m.gguf", "qwen35moe")
+    config = read_config(open_gguf(path), path)
+    assert [s.mixer for s in config.layer_specs()] == ["recurrent"] * 3 + ["attention"]
+    assert config.layer_specs()[3].attn_gate and config.layer_specs()[0].shared_expert
+    assert config.rope_dims == 4 and config.recurrent.conv_dim == 2 * 32 + 64
+    assert capability.missing(config, "torch") == []
+    lacking = [capability.RECURRENT, capability.ATTN_GATE, capability.PARTIAL_ROPE]
+    lacking.append(capability.SHARED_EXPERT)
+    assert capability.missing(config, "cpu") == lacking
+    line = capability.refusal(config, "cpu")
+    assert line == (
+        "qwen35moe: the C++ CPU forward does not implement recurrent layers, gated attention "
+        "output, partial RoPE, gated shared experts; the torch forward runs it "
+        "(--weight-format dequantized)"
+    )
+    with pytest.raises(capability.ModelLoadError, match="does not implement recurrent layers"):
+        load_model(path, device="cpu", weight_format="gguf")
