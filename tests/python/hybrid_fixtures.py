@@ -10,10 +10,91 @@ from pathlib import Path
 
 import gguf
 import torch
-from family_fixtures import QWEN3_TEMPLATE
-from gguf_writing import Q, add_attention, add_bpe_tokenizer, add_shape, finish, store
+from gguf_writing import (
+    SPECIALS,
+    Q,
+    add_attention,
+    add_bpe_tokenizer,
+    add_shape,
+    bpe_vocab,
+    finish,
+    store,
+)
 from hf_reference import build_hf
 
+# Qwen3.5's chat template in its parts that matter here (Qwen3-Coder's XML tool calls, which
+# pick the qwen3_coder parser; the generation prompt opening <think>, or an empty think block
+# with enable_thinking=false), shortened.
+QWEN35_TEMPLATE = """
+{%- if tools %}
+<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+
+You have access to the following functions:
+
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+If you choose to call a function ONLY reply in the following format with NO suffix:
+
+<tool_call>
+<function=example_function_name>
+<parameter=example_parameter_1>
+value_1
+</parameter>
+</function>
+</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}
+<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' %}
+{%- elif message.role == 'tool' %}
+<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% elif message.role == 'assistant' %}
+<|im_start|>assistant
+{{ message.content or '' }}
+{%- for call in message.tool_calls or [] %}
+<tool_call>
+<function={{ call.function.name }}>
+{% for name, value in call.function.arguments.items() %}<parameter={{ name }}>
+{{ value }}
+</parameter>
+{% endfor %}</function>
+</tool_call>
+{%- endfor %}<|im_end|>
+{% else %}
+<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+<|im_start|>assistant
+{% if enable_thinking is defined and not enable_thinking %}<think>
+
+</think>
+
+{% else %}<think>
+{% endif %}
+{%- endif %}
+""".lstrip("\n")
+# Qwen's markers are single tokens (its tokenizer's added tokens): the thinking budget and the
+# forced call's grammar name them by id.
+MARKERS = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+]
 HF_TYPES = {"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "qwen3next": "qwen3_next"}
 HYBRID = {
     "linear_num_key_heads": 2,
@@ -22,6 +103,7 @@ HYBRID = {
     "linear_value_head_dim": 16,
     "linear_conv_kernel_dim": 4,
     "tie_word_embeddings": False,
+    "vocab_size": len(bpe_vocab(SPECIALS + MARKERS)),
 }
 MOE = {
     "num_experts": 4,
@@ -60,11 +142,11 @@ LAYER = {
 }
 
 
-def build(arch: str, seed: int = 3) -> torch.nn.Module:
+def build(arch: str, seed: int = 3, **overrides: object) -> torch.nn.Module:
     """transformers' tiny model of `arch` ("qwen35", "qwen35moe", "qwen3next"): hf_reference's
     seeded weights, the stacked experts and the conv scaled by 1 / sqrt(fan-in) like the other
     matrices (N(0, 1) would saturate every SiLU)."""
-    overrides = {**HYBRID, **(MOE if arch != "qwen35" else {})}
+    overrides = {**HYBRID, **(MOE if arch != "qwen35" else {}), **overrides}
     model = build_hf(HF_TYPES[arch], seed=seed, **overrides)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -109,8 +191,8 @@ def write_gguf(model: torch.nn.Module, path: Path, arch: str, qtype: Q = Q.F32) 
         w.add_expert_used_count(c.num_experts_per_tok)
         w.add_expert_feed_forward_length(c.moe_intermediate_size)
         w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
-    add_bpe_tokenizer(w, "qwen2", bos=0, eos=2)
-    w.add_chat_template(QWEN3_TEMPLATE)
+    add_bpe_tokenizer(w, "qwen2", bos=0, eos=2, specials=SPECIALS + MARKERS)  # eos: <|im_end|>
+    w.add_chat_template(QWEN35_TEMPLATE)
     for name, tensor in model.state_dict().items():
         for gguf_name, data in _converted(name, tensor.float(), c, arch):
             small = data.dim() < 2 or "norm" in gguf_name or "ssm_conv" in gguf_name

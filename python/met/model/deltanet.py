@@ -63,6 +63,11 @@ class RecurrentState:
     def n_slots(self) -> int:
         return self.conv.shape[1]
 
+    def move(self, source: int, target: int) -> None:
+        """Copy slot `source`'s state to `target` (the scheduler compacting its rows)."""
+        self.conv[:, target] = self.conv[:, source]
+        self.delta[:, target] = self.delta[:, source]
+
     def reset(self, slots: list[int]) -> None:
         """Zero the slots' state: a sequence starting at position 0 has seen nothing."""
         if slots:

@@ -1,0 +1,100 @@
+"""A hybrid model (Qwen3.5-MoE's recurrent + gated attention layers) through the engine: each
+sequence's recurrent state zeroed at admission, carried across prefill chunks and moved with its
+slot, every slot free again after finish, abort and preemption; prefix caching and speculation
+switched off (hit = miss, spec on = off), greedy tokens batch-invariant and transformers' own."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from hybrid_fixtures import build, write_gguf
+
+import met
+from met import _core
+
+GREEDY = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
+# The first prompt is longer than two prefill chunks (max_prefill_tokens=16).
+PROMPTS = [[(5 * i) % 90 + 10 for i in range(40)], [30, 31, 32], [50, 51, 52, 53, 54, 55, 56]]
+OPTIONS = {"device": "cpu", "max_num_seqs": 4, "max_prefill_tokens": 16}
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    model = build("qwen35moe")
+    return model, write_gguf(model, tmp_path_factory.mktemp("hybrid") / "m.gguf", "qwen35moe")
+
+
+def _tokens(llm: met.LLM, prompts: list[list[int]]) -> list[list[int]]:
+    return [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=GREEDY)]
+
+
+def _all_slots_free(llm: met.LLM) -> bool:
+    return sorted(llm.engine.backend._free_slots) == list(range(OPTIONS["max_num_seqs"]))
+
+
+def test_greedy_tokens_are_transformers_and_batch_invariant(hybrid):
+    model, path = hybrid
+    with met.LLM(model=str(path), **OPTIONS) as llm:
+        alone = [_tokens(llm, [p])[0] for p in PROMPTS]
+        assert _tokens(llm, PROMPTS) == alone
+        assert _all_slots_free(llm)
+    for prompt, out in zip(PROMPTS, alone, strict=True):
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt + out])).logits[0, len(prompt) - 1 : -1]
+        picked = logits[torch.arange(len(out)), torch.tensor(out)]
+        # transformers' argmax, up to near-ties (met's logits are within 2e-5 of its largest).
+        assert bool((logits.max(-1).values - picked <= 1e-4 * logits.abs().max()).all())
+
+
+def test_prefix_cache_and_speculation_are_off_and_change_nothing(hybrid, caplog):
+    _, path = hybrid
+    with caplog.at_level(logging.INFO, logger="met.engine"):
+        llm = met.LLM(model=str(path), speculative="ngram-forced", **OPTIONS)
+    with llm:
+        first, again = _tokens(llm, PROMPTS[:1]), _tokens(llm, PROMPTS[:1])
+        assert llm.engine.stats().prefix_cache_hit_tokens == 0
+        assert llm.engine.config.speculative == "off"
+    logged = caplog.text
+    assert "prefix caching is off: the model has recurrent layers" in logged
+    assert "speculative ngram-forced is off: the model has recurrent layers" in logged
+    plain = dict(OPTIONS, enable_prefix_cache=False, speculative="off")
+    with met.LLM(model=str(path), **plain) as llm:
+        assert first == again == _tokens(llm, PROMPTS[:1])
+
+
+def test_preemption_and_abort_free_every_state_slot(hybrid, monkeypatch):
+    _, path = hybrid
+    with met.LLM(model=str(path), **OPTIONS) as llm:
+        want = _tokens(llm, PROMPTS)
+        backend = llm.engine.backend
+        decode, calls, admitted = backend.decode_batch, [], []
+        alloc = backend.alloc_sequence
+
+        def counted(seq):
+            admitted.append(seq.session_hash)
+            return alloc(seq)
+
+        def exhausted_once(tokens, seqs, stream):
+            # The third decode step finds the pool full: the scheduler preempts (recompute).
+            calls.append(len(seqs))
+            if len(calls) == 3:
+                raise _core.KvExhausted("KV cache exhausted")
+            return decode(tokens, seqs, stream)
+
+        monkeypatch.setattr(backend, "decode_batch", exhausted_once)
+        monkeypatch.setattr(backend, "alloc_sequence", counted)
+        assert _tokens(llm, PROMPTS) == want
+        # A preempted sequence was admitted again (a fresh state, its prompt and output
+        # prefilled anew) and gave the same tokens.
+        assert len(admitted) > len(PROMPTS) and _all_slots_free(llm)
+        monkeypatch.undo()
+        llm.engine.add_request("gone", PROMPTS[0], GREEDY)
+        llm.engine.add_request("kept", PROMPTS[1], GREEDY)
+        llm.engine.step()
+        llm.engine.abort("gone")
+        while llm.engine.has_work():
+            llm.engine.step()
+        assert _all_slots_free(llm)
+        assert _tokens(llm, PROMPTS[1:2]) == want[1:2]
