@@ -14,8 +14,9 @@ from hybrid_fixtures import build, rounded_like_gguf, write_gguf
 from model_fixtures import PagedRunner, stepped_logits
 
 from met.gguf_loader import open_gguf, read_config
+from met.kernels import cpu_delta
 from met.model import capability
-from met.model.deltanet import chunk_delta_rule, token_delta_rule
+from met.model.deltanet import chunk_delta_rule, recurrent_step, token_delta_rule
 from met.models import load_model
 
 # Float32: met and transformers differ in summation order only (the chunked rule's solve
@@ -68,7 +69,7 @@ def _met_logits(path) -> dict[str, torch.Tensor]:
     ],
 )
 def test_hybrid_matches_transformers(tmp_path, arch, kind):
-    model = build(arch)
+    model = build(arch)  # on the CPU the delta rule runs in met's C++ kernels
     got = _met_logits(_file(tmp_path, model, arch, kind))
     want = _reference(rounded_like_gguf(model, Q.Q8_0) if kind == "q8_0" else model)
     for seq in SEQS:
@@ -80,14 +81,23 @@ def test_hybrid_matches_transformers(tmp_path, arch, kind):
         assert bool((gap <= atol).all()), f"{arch} {kind} {seq}: argmax {ours} vs {theirs}"
 
 
-def test_chunked_delta_rule_is_the_token_by_token_rule():
+def test_the_torch_rule_matches_transformers_too(tmp_path, monkeypatch):
+    """The torch delta rule (other devices' path) in the whole model, on the CPU."""
+    monkeypatch.setattr(cpu_delta, "runs", lambda state: False)
+    test_hybrid_matches_transformers(tmp_path, "qwen35moe", "hf")
+
+
+def _rule_inputs(heads: int = 3, n: int = 150, dk: int = 16, dv: int = 40):
     gen = torch.Generator().manual_seed(0)
-    heads, n, dk, dv = 3, 150, 16, 8
     q, k = (F.normalize(torch.randn(heads, n, dk, generator=gen), dim=-1) for _ in "qk")
     v = torch.randn(heads, n, dv, generator=gen)
     g = -torch.rand(heads, n, generator=gen)
     beta = torch.rand(heads, n, generator=gen)
-    state = torch.randn(heads, dk, dv, generator=gen)
+    return q, k, v, g, beta, torch.randn(heads, dk, dv, generator=gen)
+
+
+def test_chunked_delta_rule_is_the_token_by_token_rule():
+    q, k, v, g, beta, state = _rule_inputs()
     want, want_state = token_delta_rule(q, k, v, g, beta, state)
     for chunk in (1, 16, 64, 200):  # 200: the whole sequence in one chunk
         out, final = chunk_delta_rule(q, k, v, g, beta, state, chunk=chunk)
@@ -118,3 +128,27 @@ def test_hybrid_plan_and_capability(tmp_path):
     )
     with pytest.raises(capability.ModelLoadError, match="does not implement recurrent layers"):
         load_model(path, device="cpu", weight_format="gguf")
+
+
+def test_cpp_delta_rule_is_the_torch_rule(cpu_path):
+    """The C++ step on this kernel path and the C++ chunk form against the torch functions (the
+    step's paths give each other's bits: tests/cpp/test_delta_rule.cc)."""
+    q, k, v, g, beta, state = _rule_inputs()
+    tokens = [x.transpose(0, 1).contiguous() for x in (q, k, v, g, beta)]  # token-major
+    want, want_state = token_delta_rule(q, k, v, g, beta, state)
+    pool = torch.zeros(3, *state.shape)
+    pool[2] = state
+    slot = torch.tensor([2])
+    stepped = [cpu_delta.step(*(x[t : t + 1] for x in tokens), pool, slot) for t in range(150)]
+    torch.testing.assert_close(torch.cat(stepped).transpose(0, 1), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pool[2], want_state, atol=1e-5, rtol=1e-5)
+    assert not pool[0].any() and not pool[1].any()  # other slots untouched
+    one, one_state = recurrent_step(*(x[:1] for x in tokens), state[None])
+    ours = cpu_delta.step(*(x[:1] for x in tokens), state[None].clone(), torch.tensor([0]))
+    torch.testing.assert_close(ours, one, atol=1e-6, rtol=1e-6)
+    carried = state.clone()
+    out = torch.cat(
+        [cpu_delta.chunk(*(x[a:b] for x in tokens), carried, 64) for a, b in ((0, 70), (70, 150))]
+    )
+    torch.testing.assert_close(out.transpose(0, 1), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(carried, want_state, atol=1e-5, rtol=1e-5)

@@ -15,7 +15,9 @@ then RMSNorm(o) * w * silu(z) per head and the output projection.
 
 Prefill runs the rule chunkwise (chunk_delta_rule, flash-linear-attention's chunk form: within a
 chunk the updates are one unit-lower-triangular solve, between chunks the state carries); decode
-rows take one recurrent_step each, batched. Both keep the state in float32.
+rows take one recurrent_step each, batched. Both keep the state in float32. On the CPU the rule
+runs in met's C++ kernels (csrc/cpu/delta_rule.h, kernels/cpu_delta.py); the torch functions
+here are their reference and run it on other devices.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+from met.kernels import cpu_delta
 from met.model.config import RecurrentShape
 from met.model.linear import Weight, linear
 
@@ -104,6 +107,26 @@ class RecurrentRows:
             return cls(None, None, prefill)
         tokens = torch.tensor([cu_seqlens[b] for b in single], device=device)
         return cls(tokens, torch.tensor([slots[b] for b in single], device=device), prefill)
+
+
+def plan_rows(
+    state: RecurrentState | None,
+    seq_lens: object,
+    cu_seqlens: object,
+    state_slots: object,
+    device: torch.device,
+) -> tuple[RecurrentState, RecurrentRows]:
+    """A forward's recurrent state and row plan (the forward's seq_lens, cu_seqlens and one
+    state slot per row); zeroes the state of rows that start at position 0."""
+    if state_slots is None or state is None:
+        raise ValueError("a model with recurrent layers needs state_slots and cache.state")
+    ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
+    cu = [int(n) for n in torch.as_tensor(cu_seqlens).tolist()]
+    slots = [int(n) for n in torch.as_tensor(state_slots).tolist()]
+    if len(slots) != len(ctx) or not all(0 <= s < state.n_slots for s in slots):
+        raise ValueError(f"state_slots: one per row, each in 0..{state.n_slots - 1}")
+    state.reset([s for b, s in enumerate(slots) if ctx[b] == cu[b + 1] - cu[b]])
+    return state, RecurrentRows.plan(cu, slots, device)
 
 
 def recurrent_step(
@@ -252,13 +275,20 @@ class DeltaNetLayer:
         rows: RecurrentRows,
     ) -> Tensor:
         delta, out = state.delta[self.index], v.new_empty(v.shape)
+        native = cpu_delta.runs(delta)
         if rows.decode_tokens is not None:
             t, slots = rows.decode_tokens, rows.decode_slots
-            out[t], delta[slots] = recurrent_step(q[t], k[t], v[t], g[t], beta[t], delta[slots])
+            if native:
+                out[t] = cpu_delta.step(q[t], k[t], v[t], g[t], beta[t], delta, slots)
+            else:
+                step = recurrent_step(q[t], k[t], v[t], g[t], beta[t], delta[slots])
+                out[t], delta[slots] = step
         for start, end, slot in rows.prefill:
-            o, delta[slot] = chunk_delta_rule(
-                *(x[start:end].transpose(0, 1) for x in (q, k, v, g, beta)), delta[slot]
-            )
+            parts = [x[start:end] for x in (q, k, v, g, beta)]
+            if native:
+                out[start:end] = cpu_delta.chunk(*parts, delta[slot], CHUNK)
+                continue
+            o, delta[slot] = chunk_delta_rule(*(x.transpose(0, 1) for x in parts), delta[slot])
             out[start:end] = o.transpose(0, 1)
         return out
 

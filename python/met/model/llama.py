@@ -18,7 +18,7 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
-from met.model.deltanet import DeltaNetLayer, RecurrentRows, RecurrentState
+from met.model.deltanet import DeltaNetLayer, RecurrentState, plan_rows
 from met.model.kv_cache import PagedKvCache
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, take_moe_block
@@ -175,10 +175,10 @@ class LlamaModel:
         kv_dtype = dtype or self.dtype
         cache = PagedKvCache.allocate(self.config, num_blocks, block_size, kv_dtype, self.device)
         if self.recurrent_layers:
+            n, c = len(self.recurrent_layers), self.config
             cache.state = RecurrentState.allocate(
-                self.config.recurrent, len(self.recurrent_layers), state_slots, self.dtype,
-                self.device,
-            )  # fmt: skip
+                c.recurrent, n, state_slots, self.dtype, self.device
+            )
         return cache
 
     @torch.inference_mode()
@@ -217,7 +217,9 @@ class LlamaModel:
         if self.local_cos is not None:
             tables["local"] = (self.local_cos[pos], self.local_sin[pos])
         temperature = self._temperature(pos)
-        recurrent = self._recurrent_rows(cache, seq_lens, cu_seqlens, state_slots)
+        recurrent = None
+        if self.recurrent_layers:
+            recurrent = plan_rows(cache.state, seq_lens, cu_seqlens, state_slots, dev)
         x = embedding(ids, self.embed)
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
@@ -236,27 +238,6 @@ class LlamaModel:
         return logits
 
     __call__ = forward
-
-    def _recurrent_rows(
-        self,
-        cache: PagedKvCache,
-        seq_lens: IntArray,
-        cu_seqlens: IntArray,
-        state_slots: IntArray | None,
-    ) -> tuple[RecurrentState, RecurrentRows] | None:
-        """The recurrent layers' state and row plan (None for a model without them); zeroes the
-        state of rows that start at position 0."""
-        if not self.recurrent_layers:
-            return None
-        if state_slots is None or cache.state is None:
-            raise ValueError("a model with recurrent layers needs state_slots and cache.state")
-        ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
-        cu = [int(n) for n in torch.as_tensor(cu_seqlens).tolist()]
-        slots = [int(n) for n in torch.as_tensor(state_slots).tolist()]
-        if len(slots) != len(ctx) or not all(0 <= s < cache.state.n_slots for s in slots):
-            raise ValueError(f"state_slots: one per row, each in 0..{cache.state.n_slots - 1}")
-        cache.state.reset([s for b, s in enumerate(slots) if ctx[b] == cu[b + 1] - cu[b]])
-        return cache.state, RecurrentRows.plan(cu, slots, self.device)
 
     def _temperature(self, pos: Tensor) -> Tensor | None:
         """Each token's query scale [T, 1, 1] under query temperature (Ministral 3), else None."""
