@@ -48,6 +48,23 @@ def test_greedy_tokens_are_transformers_and_batch_invariant(hybrid):
         assert bool((logits.max(-1).values - picked <= 1e-4 * logits.abs().max()).all())
 
 
+def test_the_pools_hold_kv_of_attention_layers_and_state_of_recurrent_ones(hybrid):
+    _, path = hybrid
+    with met.LLM(model=str(path), **OPTIONS) as llm:
+        cache, config = llm.engine.backend.kv_cache, llm.engine.model_config
+        assert cache.k.shape[0] == 1 and cache.kv_index == {3: 0}  # layer 3 attends
+        shape = config.recurrent
+        assert cache.state.conv.shape == (3, 4, shape.conv_dim, shape.kernel - 1)
+        assert cache.state.delta.shape == (3, 4, shape.v_heads, shape.k_dim, shape.v_dim)
+        per_seq = 3 * (shape.conv_dim * 3 + shape.v_heads * shape.k_dim * shape.v_dim) * 4
+        assert llm.engine.capacity.state_bytes == per_seq
+        assert (
+            f"recurrent state {per_seq / 1024:.1f} KiB a sequence" in llm.engine.capacity.describe()
+        )
+        one_layer = 2 * config.n_kv_heads * config.head_dim * 4  # float32 K and V of one layer
+        assert llm.engine.capacity.kv_token_bytes == one_layer
+
+
 def test_prefix_cache_and_speculation_are_off_and_change_nothing(hybrid, caplog):
     _, path = hybrid
     with caplog.at_level(logging.INFO, logger="met.engine"):

@@ -32,7 +32,7 @@ def pool_shape(
     mc: ModelConfig, element: int, block_size: int, max_model_len: int, tp_size: int
 ) -> PoolShape:
     kv_heads = mc.n_kv_heads // tp_size  # this rank's share
-    per_token = 2 * mc.n_layers * kv_heads * mc.head_dim * element
+    per_token = 2 * len(mc.kv_layers()) * kv_heads * mc.head_dim * element
     return PoolShape(per_token * block_size, math.ceil(max_model_len / block_size) + 1)
 
 

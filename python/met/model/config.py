@@ -152,6 +152,11 @@ class ModelConfig:
 
         return self.layers if self.layers is not None else standard_layers(self)
 
+    def kv_layers(self) -> list[int]:
+        """The layers that keep K/V in the paged pool: every attention layer (not a recurrent
+        one, whose state lives in the recurrent pool)."""
+        return [i for i, spec in enumerate(self.layer_specs()) if spec.mixer == "attention"]
+
     def attn_temperature(self, position: int) -> float:
         """The query scale at `position` (1 without query temperature)."""
         if not self.attn_temp_scale:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class PagedKvCache:
-    """K and V pages, each [n_layers, num_blocks, block_size, n_kv_heads, head_dim].
+    """K and V pages, each [n_kv_layers, num_blocks, block_size, n_kv_heads, head_dim], for the
+    model's attention layers (ModelConfig.kv_layers: all of them but a hybrid's recurrent ones).
 
     Token at position p of a sequence lives in flat slot block_table[p // block_size] *
     block_size + p % block_size; the scheduler's block manager owns which blocks are whose.
@@ -28,6 +29,8 @@ class PagedKvCache:
     v: Tensor
     # A hybrid model's recurrent layers' state per sequence slot (LlamaModel.allocate_kv_cache).
     state: RecurrentState | None = None
+    # A model layer's index among the pool's layers, where they are not all of the model's.
+    kv_index: dict[int, int] | None = None
 
     @classmethod
     def allocate(
@@ -38,12 +41,15 @@ class PagedKvCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> PagedKvCache:
-        shape = (config.n_layers, num_blocks, block_size, config.n_kv_heads, config.head_dim)
+        layers = config.kv_layers()
+        shape = (len(layers), num_blocks, block_size, config.n_kv_heads, config.head_dim)
+        index = None if len(layers) == config.n_layers else {n: i for i, n in enumerate(layers)}
         if torch.device(device).type == "cpu":
-            return cls(_lazy_zeros(shape, dtype), _lazy_zeros(shape, dtype))
+            return cls(_lazy_zeros(shape, dtype), _lazy_zeros(shape, dtype), kv_index=index)
         return cls(
             torch.zeros(shape, dtype=dtype, device=device),
             torch.zeros(shape, dtype=dtype, device=device),
+            kv_index=index,
         )
 
     @property
@@ -57,6 +63,8 @@ class PagedKvCache:
     def layer_slots(self, layer: int) -> tuple[Tensor, Tensor]:
         """Layer `layer`'s K and V as [num_blocks * block_size, n_kv_heads, head_dim] views."""
         n_kv, head_dim = self.k.shape[3], self.k.shape[4]
+        if self.kv_index is not None:
+            layer = self.kv_index[layer]
         return self.k[layer].view(-1, n_kv, head_dim), self.v[layer].view(-1, n_kv, head_dim)
 
 

@@ -224,12 +224,11 @@ class LlamaModel:
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
         for i, (layer, spec) in enumerate(zip(self.layers, self.specs, strict=True)):
-            kv = cache.layer_slots(i)
-            rope = tables[spec.rope]
             if "deltanet" in layer:
                 h = self._pre_norm(x, layer["attn_norm"])
                 x = self._mlp_block(x + layer["deltanet"](h, *recurrent), layer)
                 continue
+            kv, rope = cache.layer_slots(i), tables[spec.rope]
             x = self._layer(x, layer, kv, slots, rope, temperature, plans[spec.window])
         rows = torch.as_tensor(logits_rows, dtype=torch.long).to(dev)
         logits = linear(self._norm(x[rows], self.norm), self.lm_head).float()
