@@ -76,6 +76,12 @@ _LINEAR_SUFFIXES = (
     ".w_gate",
     ".w_up",
     ".w_down",
+    ".ssm_qkv",  # a recurrent layer's projections (Qwen3.5 / Qwen3-Next)
+    ".ssm_z",
+    ".ssm_beta",
+    ".ssm_alpha",
+    ".ssm_ba",
+    ".ssm_out",
     "embed",
     "lm_head",
     FUSED_QKV,

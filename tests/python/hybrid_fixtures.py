@@ -145,7 +145,8 @@ LAYER = {
 def build(arch: str, seed: int = 3, **overrides: object) -> torch.nn.Module:
     """transformers' tiny model of `arch` ("qwen35", "qwen35moe", "qwen3next"): hf_reference's
     seeded weights, the stacked experts and the conv scaled by 1 / sqrt(fan-in) like the other
-    matrices (N(0, 1) would saturate every SiLU)."""
+    matrices (N(0, 1) would saturate every SiLU), the (1 + w) norms' w around 0 (scales around
+    1, as trained models have them: around 2, every layer would double the activations)."""
     overrides = {**HYBRID, **(MOE if arch != "qwen35" else {}), **overrides}
     model = build_hf(HF_TYPES[arch], seed=seed, **overrides)
     with torch.no_grad():
@@ -154,6 +155,8 @@ def build(arch: str, seed: int = 3, **overrides: object) -> torch.nn.Module:
                 param.div_(param.shape[-1] ** 0.5)
             if name.endswith("A_log"):
                 param.mul_(0.5)  # decays exp(-exp(A_log) softplus(.)) mostly in (0.1, 1)
+            if "norm" in name and "linear_attn.norm" not in name:
+                param.sub_(1.0)
     return model
 
 

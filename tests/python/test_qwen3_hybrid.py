@@ -15,6 +15,7 @@ from model_fixtures import PagedRunner, stepped_logits
 
 from met.gguf_loader import open_gguf, read_config
 from met.kernels import cpu_delta
+from met.kernels.cpu_quant import QuantLinear
 from met.model import capability
 from met.model.deltanet import chunk_delta_rule, recurrent_step, token_delta_rule
 from met.models import load_model
@@ -51,8 +52,8 @@ def _file(tmp_path, model, arch: str, kind: str):
     return write_gguf(model, tmp_path / f"{arch}.gguf", arch, getattr(Q, kind.upper()))
 
 
-def _met_logits(path) -> dict[str, torch.Tensor]:
-    _, model, _ = load_model(path, device="cpu", weight_format="auto")
+def _met_logits(path, weight_format: str = "dequantized") -> dict[str, torch.Tensor]:
+    _, model, _ = load_model(path, device="cpu", weight_format=weight_format)
     return stepped_logits(PagedRunner(model, num_blocks=64, block_size=4, seed=1), STEPS, SEQS)
 
 
@@ -126,8 +127,31 @@ def test_hybrid_plan_and_capability(tmp_path):
         "output, partial RoPE, gated shared experts; the torch forward runs it "
         "(--weight-format dequantized)"
     )
-    with pytest.raises(capability.ModelLoadError, match="does not implement recurrent layers"):
-        load_model(path, device="cpu", weight_format="gguf")
+
+
+@pytest.mark.parametrize("arch", ["qwen35moe", "qwen3next"])
+def test_quantized_blocks_are_the_dequantized_weights(tmp_path, arch):
+    """A Q8_0 file keeps its blocks (for the torch forward's quantized matmul: a hybrid's C++
+    forward does not exist), split by whole rows: each kept weight dequantizes to the weight the
+    dequantized load holds, bit for bit."""
+    path = write_gguf(build(arch), tmp_path / "m.gguf", arch, Q.Q8_0)
+    _, blocks, _ = load_model(path, device="cpu", weight_format="auto")
+    _, dense, _ = load_model(path, device="cpu", weight_format="dequantized")
+    assert capability.cannot_run(blocks, "cpu") is not None  # the torch forward runs it
+    for kept, plain in zip(blocks.layers, dense.layers, strict=True):
+        pairs = [(kept["moe"].router, plain["moe"].router)]
+        pairs += [(a, b) for e in kept["moe"].experts for a, b in zip(
+            kept["moe"].experts[e], plain["moe"].experts[e], strict=True)]  # fmt: skip
+        pairs += list(zip(kept["moe"].shared[1], plain["moe"].shared[1], strict=True))
+        if "deltanet" in kept:
+            mixers = kept["deltanet"], plain["deltanet"]
+            pairs += [(mixers[0].w_in, mixers[1].w_in), (mixers[0].w_out, mixers[1].w_out)]
+        else:
+            pairs += [(kept["wqkv"], plain["wqkv"]), (kept["wo"], plain["wo"])]
+        quantized = [a for a, _ in pairs if isinstance(a, QuantLinear)]
+        assert len(quantized) == len(pairs) - 1  # all but the router, loaded dequantized
+        for a, b in pairs:
+            assert torch.equal(a.dequantize() if isinstance(a, QuantLinear) else a, b)
 
 
 def test_cpp_delta_rule_is_the_torch_rule(cpu_path):

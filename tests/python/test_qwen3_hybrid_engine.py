@@ -9,10 +9,12 @@ import logging
 
 import pytest
 import torch
+from gguf_writing import Q
 from hybrid_fixtures import build, write_gguf
 
 import met
 from met import _core
+from met.kernels.cpu_quant import QuantLinear
 
 GREEDY = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
 # The first prompt is longer than two prefill chunks (max_prefill_tokens=16).
@@ -46,6 +48,15 @@ def test_greedy_tokens_are_transformers_and_batch_invariant(hybrid):
         picked = logits[torch.arange(len(out)), torch.tensor(out)]
         # transformers' argmax, up to near-ties (met's logits are within 2e-5 of its largest).
         assert bool((logits.max(-1).values - picked <= 1e-4 * logits.abs().max()).all())
+
+
+def test_quantized_greedy_tokens_are_batch_invariant(tmp_path):
+    """A Q8_0 file keeps its blocks: the torch forward's quantized matmuls, alone = batched."""
+    path = write_gguf(build("qwen35moe"), tmp_path / "q8.gguf", "qwen35moe", Q.Q8_0)
+    with met.LLM(model=str(path), **OPTIONS) as llm:
+        assert isinstance(llm.engine.model.layers[0]["deltanet"].w_in, QuantLinear)
+        alone = [_tokens(llm, [p])[0] for p in PROMPTS]
+        assert _tokens(llm, PROMPTS) == alone
 
 
 def test_the_pools_hold_kv_of_attention_layers_and_state_of_recurrent_ones(hybrid):

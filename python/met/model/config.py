@@ -73,6 +73,9 @@ class RecurrentShape:
     k_dim: int
     v_dim: int
     kernel: int
+    # Value head j reads key head j % k_heads (llama.cpp's GGUF layout, its converter's "tiled"
+    # order) instead of j // (v_heads / k_heads) (Hugging Face's, grouped by key head).
+    tiled: bool = False
 
     @property
     def conv_dim(self) -> int:

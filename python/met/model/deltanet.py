@@ -238,7 +238,9 @@ class DeltaNetLayer:
         n_tok, group = x.shape[0], s.v_heads // s.k_heads
         q = _l2norm(q.float().view(n_tok, s.k_heads, s.k_dim)) * s.k_dim**-0.5
         k = _l2norm(k.float().view(n_tok, s.k_heads, s.k_dim))
-        if group > 1:
+        if group > 1 and s.tiled:
+            q, k = q.repeat(1, group, 1), k.repeat(1, group, 1)
+        elif group > 1:
             q, k = q.repeat_interleave(group, dim=1), k.repeat_interleave(group, dim=1)
         v = v.float().view(n_tok, s.v_heads, s.v_dim)
         beta = torch.sigmoid(b.float())

@@ -10,7 +10,9 @@ ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, the conv weight squeezed to [channe
 (1 + w) folded into the norms; Qwen3-Next's in_proj_qkvz (per key head q, k, v, z) split into
 attn_qkv and attn_gate; and for Qwen3.5 with fewer key than value heads, the value heads
 reordered from grouped by key head to tiled (head r * k_heads + h was h * ratio + r), which the
-loader turns back.
+DeltaNet reads as it is (RecurrentShape.tiled): undoing it would permute ssm_out's columns, which
+quantized blocks cannot. Quantized weights (QuantLinear, kept for met's matmul) are split by
+whole rows, exact on the blocks.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig, ModelLoadError, RecurrentShape
 from met.model.families.spec import GgufGet, LayerSpec, rope_settings
+from met.model.linear import Weight
 
 HF_NAMES = {
     "linear_attn.in_proj_qkv.weight": "ssm_qkv",
@@ -130,6 +134,7 @@ def apply_gguf(config: ModelConfig, get: GgufGet) -> None:
         k_dim=need("ssm.state_size"),
         v_dim=need("ssm.inner_size") // v_heads,
         kernel=need("ssm.conv_kernel"),
+        tiled=config.architecture != "qwen3next",
     )
     config.qk_norm = True
     config.rope_dims = int(get("rope.dimension_count", config.head_dim // 4))
@@ -144,10 +149,10 @@ def apply_gguf(config: ModelConfig, get: GgufGet) -> None:
     plan(config, recurrent)
 
 
-def load_weights(weights: dict[str, Tensor], config: ModelConfig, fmt: str) -> None:
+def load_weights(weights: dict[str, Weight], config: ModelConfig, fmt: str) -> None:
     """The canonical weights of either format: Q and its gate apart, Qwen3-Next's fused
     projections split, A as -exp(A_log), the conv as [channels, kernel], the shared expert's
-    gate [1, H]; from HF the (1 + w) norms folded, from GGUF the value heads grouped again."""
+    gate [1, H]; from HF the (1 + w) norms folded."""
     shape = config.recurrent
     for i, spec in enumerate(config.layer_specs()):
         p = f"layers.{i}."
@@ -159,8 +164,6 @@ def load_weights(weights: dict[str, Tensor], config: ModelConfig, fmt: str) -> N
                 weights[p + "ssm_a"] = -torch.exp(weights.pop(p + "ssm_a_log").float())
             conv = weights[p + "ssm_conv"]
             weights[p + "ssm_conv"] = conv.reshape(conv.shape[0], -1)
-            if fmt == "gguf" and config.architecture != "qwen3next":
-                _group_value_heads(weights, p, shape)
         if p + "shexp_gate" in weights:
             weights[p + "shexp_gate"] = weights[p + "shexp_gate"].reshape(1, -1)
     if fmt == "hf":
@@ -172,48 +175,36 @@ def load_weights(weights: dict[str, Tensor], config: ModelConfig, fmt: str) -> N
 def _split_query_gate(weights: dict[str, Tensor], p: str, config: ModelConfig) -> None:
     # q_proj's rows are per head [query (head_dim), gate (head_dim)].
     wq = weights[p + "wq"]
-    if wq.shape[0] != 2 * config.n_heads * config.head_dim:
+    n = wq.out_features if isinstance(wq, QuantLinear) else wq.shape[0]
+    if n != 2 * config.n_heads * config.head_dim:
         raise ModelLoadError(
-            f"{p}wq has {wq.shape[0]} rows, expected query and gate rows "
+            f"{p}wq has {n} rows, expected query and gate rows "
             f"({2 * config.n_heads * config.head_dim})"
         )
-    halves = wq.reshape(config.n_heads, 2, config.head_dim, -1)
-    weights[p + "wq"] = halves[:, 0].reshape(-1, wq.shape[-1]).contiguous()
-    weights[p + "wq_gate"] = halves[:, 1].reshape(-1, wq.shape[-1]).contiguous()
+    rows = torch.arange(n).reshape(config.n_heads, 2, config.head_dim)
+    weights[p + "wq"] = _rows(wq, rows[:, 0])
+    weights[p + "wq_gate"] = _rows(wq, rows[:, 1])
 
 
-def _split_qwen3next(weights: dict[str, Tensor], p: str, s: RecurrentShape) -> None:
+def _rows(weight: Weight, index: Tensor) -> Weight:
+    """The rows `index` of a weight, in that order."""
+    index = index.reshape(-1)
+    if isinstance(weight, QuantLinear):
+        blocks = weight.blocks.index_select(0, index).contiguous()
+        return QuantLinear(blocks, weight.qtype, len(index), weight.in_features)
+    return weight.index_select(0, index).contiguous()
+
+
+def _split_qwen3next(weights: dict[str, Weight], p: str, s: RecurrentShape) -> None:
+    # HF's in_proj_qkvz / in_proj_ba: per key head its q, k, v, z (b, a) rows.
     ratio = s.v_heads // s.k_heads
     qkvz = weights.pop(p + "ssm_qkvz", None)
     if qkvz is not None:
         parts = [s.k_dim, s.k_dim, ratio * s.v_dim, ratio * s.v_dim]
-        q, k, v, z = qkvz.reshape(s.k_heads, sum(parts), -1).split(parts, dim=1)
-        width = qkvz.shape[-1]
-        weights[p + "ssm_qkv"] = torch.cat([x.reshape(-1, width) for x in (q, k, v)])
-        weights[p + "ssm_z"] = z.reshape(-1, width).contiguous()
+        q, k, v, z = torch.arange(sum(parts) * s.k_heads).reshape(s.k_heads, -1).split(parts, 1)
+        weights[p + "ssm_qkv"] = _rows(qkvz, torch.cat([x.reshape(-1) for x in (q, k, v)]))
+        weights[p + "ssm_z"] = _rows(qkvz, z)
     ba = weights.pop(p + "ssm_ba", None)
     if ba is not None:
-        b, a = ba.reshape(s.k_heads, 2 * ratio, -1).split([ratio, ratio], dim=1)
-        weights[p + "ssm_beta"] = b.reshape(s.v_heads, -1).contiguous()
-        weights[p + "ssm_alpha"] = a.reshape(s.v_heads, -1).contiguous()
-
-
-def _group_value_heads(weights: dict[str, Tensor], p: str, s: RecurrentShape) -> None:
-    if s.k_heads == s.v_heads:
-        return
-    ratio = s.v_heads // s.k_heads
-
-    def grouped(x: Tensor, head: int, dim: int = 0) -> Tensor:
-        x = x.movedim(dim, 0)
-        rest = x.shape[1:]
-        x = x.reshape(ratio, s.k_heads, head, *rest).transpose(0, 1).reshape(-1, *rest)
-        return x.movedim(0, dim).contiguous()
-
-    keys = 2 * s.k_heads * s.k_dim
-    for name in ("ssm_qkv", "ssm_conv"):
-        w = weights[p + name]
-        weights[p + name] = torch.cat([w[:keys], grouped(w[keys:], s.v_dim)])
-    weights[p + "ssm_z"] = grouped(weights[p + "ssm_z"], s.v_dim)
-    for name in ("ssm_beta", "ssm_alpha", "ssm_dt", "ssm_a"):
-        weights[p + name] = grouped(weights[p + name], 1)
-    weights[p + "ssm_out"] = grouped(weights[p + "ssm_out"], s.v_dim, dim=1)
+        b, a = torch.arange(2 * s.v_heads).reshape(s.k_heads, 2 * ratio).split([ratio, ratio], 1)
+        weights[p + "ssm_beta"], weights[p + "ssm_alpha"] = _rows(ba, b), _rows(ba, a)
