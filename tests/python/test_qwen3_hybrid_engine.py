@@ -76,20 +76,33 @@ def test_the_pools_hold_kv_of_attention_layers_and_state_of_recurrent_ones(hybri
         assert llm.engine.capacity.kv_token_bytes == one_layer
 
 
-def test_prefix_cache_and_speculation_are_off_and_change_nothing(hybrid, caplog):
+def test_prefix_cache_is_off_and_changes_nothing(hybrid, caplog):
     _, path = hybrid
     with caplog.at_level(logging.INFO, logger="met.engine"):
-        llm = met.LLM(model=str(path), speculative="ngram-forced", **OPTIONS)
+        llm = met.LLM(model=str(path), **OPTIONS)
     with llm:
         first, again = _tokens(llm, PROMPTS[:1]), _tokens(llm, PROMPTS[:1])
         assert llm.engine.stats().prefix_cache_hit_tokens == 0
-        assert llm.engine.config.speculative == "off"
-    logged = caplog.text
-    assert "prefix caching is off: the model has recurrent layers" in logged
-    assert "speculative ngram-forced is off: the model has recurrent layers" in logged
-    plain = dict(OPTIONS, enable_prefix_cache=False, speculative="off")
-    with met.LLM(model=str(path), **plain) as llm:
+    assert "prefix caching is off: the model has recurrent layers" in caplog.text
+    with met.LLM(model=str(path), **dict(OPTIONS, enable_prefix_cache=False)) as llm:
         assert first == again == _tokens(llm, PROMPTS[:1])
+
+
+def test_speculation_is_exact(tmp_path):
+    """Drafts verified and mostly rejected: each rejection puts back the recurrent state after
+    the last accepted token (without that the tokens differ), and the output is the plain one."""
+    path = write_gguf(build("qwen35moe"), tmp_path / "q8.gguf", "qwen35moe", Q.Q8_0)
+    # Prompts this model continues with recurring n-grams of its own, which the proposer drafts.
+    prompts = [[30, 31, 32], [50, 51, 52, 53], [7, 7, 7, 7], [60, 61, 60, 61, 60, 61]]
+    params = met.SamplingParams(temperature=0.0, max_tokens=150, ignore_eos=True)
+    outputs = {}
+    for mode in ("off", "ngram-forced"):
+        with met.LLM(model=str(path), device="cpu", max_num_seqs=4, speculative=mode) as llm:
+            done = llm.generate(prompt_token_ids=prompts, sampling_params=params)
+            outputs[mode] = [o.token_ids for o in done]
+            spec = llm.engine.stats().speculation
+    assert spec.drafted > spec.accepted > 0 and spec.verify_steps > 0
+    assert outputs["ngram-forced"] == outputs["off"]
 
 
 def test_preemption_and_abort_free_every_state_slot(hybrid, monkeypatch):

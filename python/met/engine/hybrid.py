@@ -2,10 +2,10 @@
 Qwen3-Next), where it would otherwise give wrong tokens silently.
 
 Prefix caching: cached KV blocks resume attention layers only; a recurrent layer would need its
-state as of the cached prefix, which met does not checkpoint yet. Speculation: a verify row
-advances the recurrent state over every draft token, and a rejected draft cannot be taken back
-without a state snapshot, which met does not keep yet. Both are switched off with a log line;
-tensor parallelism (which does not split recurrent layers) is refused.
+state as of the cached prefix, which met does not checkpoint yet. It is switched off with a log
+line; tensor parallelism (which does not split recurrent layers) is refused. Speculation stays on:
+a verify row keeps the recurrent state after each of its tokens and the backend puts back the
+one after the last accepted token (model/deltanet.py, RecurrentState.restore).
 """
 
 from __future__ import annotations
@@ -26,6 +26,3 @@ def hybrid_off(model: object, config: EngineConfig) -> None:
     if config.enable_prefix_cache:
         log.info("prefix caching is off: the model has recurrent layers (no state checkpoints)")
         config.enable_prefix_cache = False
-    if config.speculative != "off":
-        log.info("speculative %s is off: the model has recurrent layers", config.speculative)
-        config.speculative = "off"

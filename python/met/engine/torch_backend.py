@@ -178,6 +178,10 @@ class TorchBackend(_core.Backend):
         seq.seq_len = len(history)
         self.blocks.rollback(seq_id, len(history))
         self.blocks.commit(seq_id, history)
+        if self._state is not None and na < k + 1:
+            # The recurrent state ran over every draft; put back the one after the last that
+            # stands (the verify forward kept each token's).
+            self._state.restore(seq.slot, na)
 
     def _forward(self, rows: list[Row], stream: int, spread: int = 0) -> None:
         tables = [self._reserve(row) for row in rows]
@@ -266,6 +270,9 @@ class TorchBackend(_core.Backend):
         if self._state is not None:
             slots = [row.seq.slot for row in rows]
             inputs["state_slots"] = torch.tensor(slots, device=self.model.device)
+            if any(row.draft for row in rows):
+                drafts = [row.draft for row in rows]
+                inputs["verify_rows"] = torch.tensor(drafts, device=self.model.device)
         return inputs
 
     def _reserve(self, row: Row) -> list[int]:

@@ -41,10 +41,14 @@ L2_EPS = 1e-6  # transformers' and flash-linear-attention's l2norm epsilon
 class RecurrentState:
     """Every recurrent layer's state per slot: conv [layers, slots, conv_dim, kernel - 1] (the
     last kernel - 1 inputs of the conv, in the model dtype) and delta [layers, slots, v_heads,
-    k_dim, v_dim] (float32)."""
+    k_dim, v_dim] (float32). A verify row (speculation) keeps the state after each of its
+    tokens in snap_conv / snap_delta [layers, slots, tokens, ...], so that the state as of its
+    last accepted token can be put back (restore)."""
 
     conv: Tensor
     delta: Tensor
+    snap_conv: Tensor | None = None
+    snap_delta: Tensor | None = None
 
     @classmethod
     def allocate(
@@ -71,6 +75,19 @@ class RecurrentState:
         self.conv[:, target] = self.conv[:, source]
         self.delta[:, target] = self.delta[:, source]
 
+    def keep_snapshots(self, depth: int) -> None:
+        """Room for `depth` tokens' states per slot (allocated on the first verify row)."""
+        if self.snap_conv is None or self.snap_conv.shape[2] < depth:
+            layers, slots = self.conv.shape[:2]
+            self.snap_conv = self.conv.new_zeros(layers, slots, depth, *self.conv.shape[2:])
+            self.snap_delta = self.delta.new_zeros(layers, slots, depth, *self.delta.shape[2:])
+
+    def restore(self, slot: int, tokens: int) -> None:
+        """Slot `slot`'s state as it was after the first `tokens` tokens of its last verify row
+        (the draft tokens after them were rejected)."""
+        self.conv[:, slot] = self.snap_conv[:, slot, tokens - 1]
+        self.delta[:, slot] = self.snap_delta[:, slot, tokens - 1]
+
     def reset(self, slots: list[int]) -> None:
         """Zero the slots' state: a sequence starting at position 0 has seen nothing."""
         if slots:
@@ -89,24 +106,28 @@ def state_bytes(shape: RecurrentShape, n_layers: int, dtype: torch.dtype) -> int
 @dataclass(frozen=True)
 class RecurrentRows:
     """Where each row's tokens are in the packed batch and its state slot (built once per
-    forward): rows of one token run the recurrent step together, longer ones chunkwise."""
+    forward): rows of one token run the recurrent step together, longer ones chunkwise, verify
+    rows (a pending token and its drafts) one recurrent step per token, as decode would run
+    them, keeping the state after each."""
 
     decode_tokens: Tensor | None  # packed indices of single-token rows [D]
     decode_slots: Tensor | None  # their state slots [D]
     prefill: list[tuple[int, int, int]]  # (start, end, slot) of each longer row
+    verify: list[tuple[int, int, int]]  # (start, end, slot) of each verify row
 
     @classmethod
-    def plan(cls, cu_seqlens: list[int], slots: list[int], device: torch.device) -> RecurrentRows:
-        single = [b for b in range(len(slots)) if cu_seqlens[b + 1] - cu_seqlens[b] == 1]
-        prefill = [
-            (cu_seqlens[b], cu_seqlens[b + 1], slots[b])
-            for b in range(len(slots))
-            if cu_seqlens[b + 1] - cu_seqlens[b] > 1
-        ]
+    def plan(
+        cls, cu: list[int], slots: list[int], verify: list[bool], device: torch.device
+    ) -> RecurrentRows:
+        spans = [(cu[b], cu[b + 1], slots[b]) for b in range(len(slots))]
+        checked = [spans[b] for b in range(len(slots)) if verify[b]]
+        single = [b for b in range(len(slots)) if cu[b + 1] - cu[b] == 1 and not verify[b]]
+        prefill = [spans[b] for b in range(len(slots)) if cu[b + 1] - cu[b] > 1 and not verify[b]]
         if not single:
-            return cls(None, None, prefill)
-        tokens = torch.tensor([cu_seqlens[b] for b in single], device=device)
-        return cls(tokens, torch.tensor([slots[b] for b in single], device=device), prefill)
+            return cls(None, None, prefill, checked)
+        tokens = torch.tensor([cu[b] for b in single], device=device)
+        decode_slots = torch.tensor([slots[b] for b in single], device=device)
+        return cls(tokens, decode_slots, prefill, checked)
 
 
 def plan_rows(
@@ -115,9 +136,11 @@ def plan_rows(
     cu_seqlens: object,
     state_slots: object,
     device: torch.device,
+    verify_rows: object = None,
 ) -> tuple[RecurrentState, RecurrentRows]:
-    """A forward's recurrent state and row plan (the forward's seq_lens, cu_seqlens and one
-    state slot per row); zeroes the state of rows that start at position 0."""
+    """A forward's recurrent state and row plan (the forward's seq_lens, cu_seqlens, one state
+    slot per row and which rows verify drafts); zeroes the state of rows that start at
+    position 0."""
     if state_slots is None or state is None:
         raise ValueError("a model with recurrent layers needs state_slots and cache.state")
     ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
@@ -126,7 +149,11 @@ def plan_rows(
     if len(slots) != len(ctx) or not all(0 <= s < state.n_slots for s in slots):
         raise ValueError(f"state_slots: one per row, each in 0..{state.n_slots - 1}")
     state.reset([s for b, s in enumerate(slots) if ctx[b] == cu[b + 1] - cu[b]])
-    return state, RecurrentRows.plan(cu, slots, device)
+    verify = [False] * len(slots)
+    if verify_rows is not None:
+        verify = [bool(v) for v in torch.as_tensor(verify_rows).tolist()]
+        state.keep_snapshots(max(cu[b + 1] - cu[b] for b in range(len(slots))))
+    return state, RecurrentRows.plan(cu, slots, verify, device)
 
 
 def recurrent_step(
@@ -254,17 +281,26 @@ class DeltaNetLayer:
         slot's last kernel - 1 inputs, which it then replaces."""
         conv_state, out = state.conv[self.index], torch.empty_like(qkv)
         if rows.decode_tokens is not None:
-            window = torch.cat(
-                [conv_state[rows.decode_slots], qkv[rows.decode_tokens, :, None]], -1
-            )
-            out[rows.decode_tokens] = (window * self.conv).sum(dim=-1)
-            conv_state[rows.decode_slots] = window[..., 1:]
+            self._conv_step(qkv, out, conv_state, rows.decode_tokens, rows.decode_slots)
+        for start, end, slot in rows.verify:
+            one = torch.tensor([slot], device=qkv.device)
+            for j, t in enumerate(range(start, end)):
+                token = torch.tensor([t], device=qkv.device)
+                self._conv_step(qkv, out, conv_state, token, one)
+                state.snap_conv[self.index, slot, j] = conv_state[slot]
         for start, end, slot in rows.prefill:
             window = torch.cat([conv_state[slot], qkv[start:end].t()], dim=-1)
             conved = F.conv1d(window[None], self.conv[:, None, :], groups=window.shape[0])
             out[start:end] = conved[0].t()
             conv_state[slot] = window[:, window.shape[1] - conv_state.shape[-1] :]
         return F.silu(out)
+
+    def _conv_step(
+        self, qkv: Tensor, out: Tensor, conv_state: Tensor, tokens: Tensor, slots: Tensor
+    ) -> None:
+        window = torch.cat([conv_state[slots], qkv[tokens, :, None]], dim=-1)
+        out[tokens] = (window * self.conv).sum(dim=-1)
+        conv_state[slots] = window[..., 1:]
 
     def _delta_rule(
         self,
@@ -278,13 +314,14 @@ class DeltaNetLayer:
     ) -> Tensor:
         delta, out = state.delta[self.index], v.new_empty(v.shape)
         native = cpu_delta.runs(delta)
+        inputs = (q, k, v, g, beta)
         if rows.decode_tokens is not None:
-            t, slots = rows.decode_tokens, rows.decode_slots
-            if native:
-                out[t] = cpu_delta.step(q[t], k[t], v[t], g[t], beta[t], delta, slots)
-            else:
-                step = recurrent_step(q[t], k[t], v[t], g[t], beta[t], delta[slots])
-                out[t], delta[slots] = step
+            _step(inputs, out, delta, rows.decode_tokens, rows.decode_slots, native)
+        for start, end, slot in rows.verify:
+            one = torch.tensor([slot], device=v.device)
+            for j, t in enumerate(range(start, end)):
+                _step(inputs, out, delta, torch.tensor([t], device=v.device), one, native)
+                state.snap_delta[self.index, slot, j] = delta[slot]
         for start, end, slot in rows.prefill:
             parts = [x[start:end] for x in (q, k, v, g, beta)]
             if native:
@@ -293,6 +330,17 @@ class DeltaNetLayer:
             o, delta[slot] = chunk_delta_rule(*(x.transpose(0, 1) for x in parts), delta[slot])
             out[start:end] = o.transpose(0, 1)
         return out
+
+
+def _step(
+    inputs: tuple[Tensor, ...], out: Tensor, delta: Tensor, t: Tensor, slots: Tensor, native: bool
+) -> None:
+    """One recurrent step of the rows whose tokens are `t`, their states at `slots`."""
+    q, k, v, g, beta = (x[t] for x in inputs)
+    if native:
+        out[t] = cpu_delta.step(q, k, v, g, beta, delta, slots)
+    else:
+        out[t], delta[slots] = recurrent_step(q, k, v, g, beta, delta[slots])
 
 
 def _l2norm(x: Tensor) -> Tensor:

@@ -193,6 +193,7 @@ class LlamaModel:
         cu_seqlens: IntArray,
         logits_rows: IntArray,
         state_slots: IntArray | None = None,
+        verify_rows: IntArray | None = None,
     ) -> Tensor:
         """Float32 logits [len(logits_rows), vocab] for the chosen packed positions.
 
@@ -202,6 +203,8 @@ class LlamaModel:
         cu_seqlens: [B + 1] packed start of each row. Writes this step's K/V into `cache`.
         state_slots: [B] each row's slot in cache.state (hybrid models only): a row starting at
         position 0 starts from a zeroed state, any other continues its slot's state.
+        verify_rows: [B] 1 for rows verifying drafts (hybrid models): their state after each
+        token is kept, for cache.state.restore once the scheduler says how many stand.
         """
         dev = self.device
         ids = torch.as_tensor(input_ids, dtype=torch.long).to(dev)
@@ -219,7 +222,7 @@ class LlamaModel:
         temperature = self._temperature(pos)
         recurrent = None
         if self.recurrent_layers:
-            recurrent = plan_rows(cache.state, seq_lens, cu_seqlens, state_slots, dev)
+            recurrent = plan_rows(cache.state, seq_lens, cu_seqlens, state_slots, dev, verify_rows)
         x = embedding(ids, self.embed)
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
