@@ -34,6 +34,9 @@ void delta_step_head_scalar(const float* q, const float* k, const float* v, floa
 
 namespace {
 
+// State elements one call must touch before it runs on a thread team.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+
 using StepHead = void (*)(const float*, const float*, const float*, float, float, float*, float*,
                           int64_t, int64_t, float*);
 
@@ -124,7 +127,8 @@ void delta_rule_step(const float* q, const float* k, const float* v, const float
   const StepHead kernel = step_kernel(path);
   const int64_t heads = shape.heads, dk = shape.k_dim, dv = shape.v_dim;
   const int64_t items = rows * heads;
-#pragma omp parallel
+  // A team only where the work outweighs waking it (a small decode batch is microseconds).
+#pragma omp parallel if (items * dk * dv >= kParallelWork)
   {
     std::vector<float> scratch(static_cast<size_t>(dv));
 #pragma omp for schedule(static)
@@ -141,7 +145,7 @@ void delta_rule_chunk(const float* q, const float* k, const float* v, const floa
                       const float* beta, float* state, float* out, int64_t tokens, DeltaShape shape,
                       int64_t chunk) {
   const int64_t heads = shape.heads, dk = shape.k_dim, dv = shape.v_dim;
-#pragma omp parallel
+#pragma omp parallel if (tokens * heads * dk * dv >= kParallelWork)
   {
     std::vector<float> cum(static_cast<size_t>(chunk)), read(static_cast<size_t>(dv));
     std::vector<float> u(static_cast<size_t>(chunk * dv));

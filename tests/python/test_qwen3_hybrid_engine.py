@@ -88,6 +88,7 @@ def test_prefix_cache_is_off_and_changes_nothing(hybrid, caplog):
         assert first == again == _tokens(llm, PROMPTS[:1])
 
 
+@pytest.mark.slow  # 600 greedy tokens twice: acceptances start after about a hundred
 def test_speculation_is_exact(tmp_path):
     """Drafts verified and mostly rejected: each rejection puts back the recurrent state after
     the last accepted token (without that the tokens differ), and the output is the plain one."""
