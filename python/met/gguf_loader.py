@@ -304,6 +304,9 @@ def _tensor_weights(
     file: BinaryIO,
 ) -> Iterator[tuple[str, Weight]]:
     """The weights one GGUF tensor holds: none, itself, or each expert's slice of a stack."""
+    layer = _LAYER_RE.fullmatch(tensor.name)
+    if layer and int(layer.group(1)) >= config.n_layers:
+        return  # a multi-token-prediction block after the decoder's (nextn_predict_layers)
     name = _canonical_name(tensor.name, FAMILIES[config.family].gguf_names)
     if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
         name = None  # a router or experts in a file without expert_count

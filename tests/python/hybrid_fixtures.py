@@ -173,11 +173,25 @@ def rounded_like_gguf(model: torch.nn.Module, qtype: Q) -> torch.nn.Module:
     return model
 
 
-def write_gguf(model: torch.nn.Module, path: Path, arch: str, qtype: Q = Q.F32) -> Path:
-    """The model as llama.cpp's converter writes `arch`, linear weights in `qtype`."""
+def write_gguf(
+    model: torch.nn.Module, path: Path, arch: str, qtype: Q = Q.F32, mtp: bool = False
+) -> Path:
+    """The model as llama.cpp's converter writes `arch`, linear weights in `qtype`; with `mtp`
+    a multi-token-prediction block after the decoder's (random tensors of its names)."""
     c = model.config
     w = gguf.GGUFWriter(str(path), arch)
-    add_shape(w, c.num_hidden_layers, c.max_position_embeddings, c.hidden_size, c.intermediate_size)
+    blocks = c.num_hidden_layers + int(mtp)
+    add_shape(w, blocks, c.max_position_embeddings, c.hidden_size, c.intermediate_size)
+    if mtp:
+        w.add_nextn_predict_layers(1)
+        mtp_block = f"blk.{c.num_hidden_layers}."
+        store(
+            w,
+            mtp_block + "nextn.eh_proj.weight",
+            torch.randn(c.hidden_size, 2 * c.hidden_size),
+            Q.F32,
+        )
+        store(w, mtp_block + "attn_norm.weight", torch.ones(c.hidden_size), Q.F32)
     theta = c.rope_parameters["rope_theta"]
     add_attention(
         w, c.num_attention_heads, c.num_key_value_heads, theta, c.rms_norm_eps, c.head_dim

@@ -112,12 +112,17 @@ def test_chunked_delta_rule_is_the_token_by_token_rule():
 
 
 def test_hybrid_plan_and_capability(tmp_path):
-    path = write_gguf(build("qwen35moe"), tmp_path / "m.gguf", "qwen35moe")
+    # With a multi-token-prediction block after the decoder's, as llama.cpp's converter writes
+    # one (not run: its tensors are skipped, the plan is the decoder's 4 layers).
+    path = write_gguf(build("qwen35moe"), tmp_path / "m.gguf", "qwen35moe", mtp=True)
     config = read_config(open_gguf(path), path)
+    assert config.n_layers == 4
     assert [s.mixer for s in config.layer_specs()] == ["recurrent"] * 3 + ["attention"]
     assert config.layer_specs()[3].attn_gate and config.layer_specs()[0].shared_expert
     assert config.rope_dims == 4 and config.recurrent.conv_dim == 2 * 32 + 64
     assert capability.missing(config, "torch") == []
+    _, model, _ = load_model(path, device="cpu")
+    assert len(model.layers) == 4
     lacking = [capability.RECURRENT, capability.ATTN_GATE, capability.PARTIAL_ROPE]
     lacking.append(capability.SHARED_EXPERT)
     assert capability.missing(config, "cpu") == lacking

@@ -127,6 +127,9 @@ def apply_gguf(config: ModelConfig, get: GgufGet) -> None:
             raise ModelLoadError(f"metadata {config.architecture}.{key} is missing")
         return int(value)
 
+    # llama.cpp's converter appends the multi-token-prediction blocks (a draft head met does
+    # not run) to block_count; the decoder is the blocks before them.
+    config.n_layers -= int(get("nextn_predict_layers", 0) or 0)
     v_heads = need("ssm.time_step_rank")
     config.recurrent = RecurrentShape(
         k_heads=need("ssm.group_count"),
