@@ -5,6 +5,8 @@ the chunked delta rule against the token-by-token one; the capability table's re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -12,6 +14,7 @@ from gguf_writing import Q
 from hf_reference import save_hf
 from hybrid_fixtures import build, rounded_like_gguf, write_gguf
 from model_fixtures import PagedRunner, stepped_logits
+from safetensors.torch import load_file, save_file
 
 from met.gguf_loader import open_gguf, read_config
 from met.kernels import cpu_delta
@@ -80,6 +83,27 @@ def test_hybrid_matches_transformers(tmp_path, arch, kind):
         rows = torch.arange(len(ours))
         gap = want[seq][rows, theirs] - want[seq][rows, ours]
         assert bool((gap <= atol).all()), f"{arch} {kind} {seq}: argmax {ours} vs {theirs}"
+
+
+def test_a_multimodal_checkpoint_reads_its_text_model(tmp_path):
+    """Qwen3.5 as published: model_type qwen3_5_moe with the text model's settings in
+    text_config and its weights under model.language_model. (the vision tower's not read)."""
+    model = build("qwen35moe")
+    folder = save_hf(model, tmp_path / "mm")
+    tensors = load_file(folder / "model.safetensors")
+    renamed = {
+        name if name.startswith("lm_head.") else "model.language_model." + name[6:]: t
+        for name, t in tensors.items()
+    }
+    renamed["model.visual.patch_embed.proj.weight"] = torch.zeros(8, 8)
+    save_file(renamed, folder / "model.safetensors")
+    text = json.loads((folder / "config.json").read_text())
+    outer = {"model_type": "qwen3_5_moe", "text_config": text, "tie_word_embeddings": False}
+    (folder / "config.json").write_text(json.dumps(outer))
+    got, want = _met_logits(folder), _reference(model)
+    for seq in SEQS:
+        atol = TOL["hf"] * want[seq].abs().max().item()
+        torch.testing.assert_close(got[seq], want[seq], atol=atol, rtol=0)
 
 
 def test_the_torch_rule_matches_transformers_too(tmp_path, monkeypatch):
