@@ -10,6 +10,7 @@
 
 #include "bindings/cpu_common.h"
 #include "cpu/attention.h"
+#include "cpu/delta_rule.h"
 #include "cpu/isa.h"
 #include "cpu/quant_matmul.h"
 
@@ -37,6 +38,57 @@ cpu::Isa parse_isa(const std::string& name) {
   }
   throw py::value_error(
       "isa must be auto, scalar, avx2, avx512vnni, amx-int8 or amx-emulated, not " + name);
+}
+
+}  // namespace
+
+namespace {
+
+void check_delta_shape(int64_t n, int64_t heads, int64_t k_dim, int64_t v_dim) {
+  if (n < 0 || heads <= 0 || k_dim <= 0 || v_dim <= 0) {
+    throw py::value_error("delta rule: need a count >= 0 and positive heads, k_dim and v_dim");
+  }
+}
+
+// Gated DeltaNet's delta rule (csrc/cpu/delta_rule.h) over fp32 tensors' addresses.
+void bind_delta_rule(py::module_& cpu) {
+  cpu.def(
+      "delta_rule_step",
+      [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t states,
+         uintptr_t slots, uintptr_t out, int64_t rows, int64_t heads, int64_t k_dim,
+         int64_t v_dim) {
+        check_delta_shape(rows, heads, k_dim, v_dim);
+        const cpu::CpuPath path = cpu::active_path();
+        py::gil_scoped_release release;
+        cpu::delta_rule_step(reinterpret_cast<const float*>(q), reinterpret_cast<const float*>(k),
+                             reinterpret_cast<const float*>(v), reinterpret_cast<const float*>(g),
+                             reinterpret_cast<const float*>(beta), reinterpret_cast<float*>(states),
+                             reinterpret_cast<const int64_t*>(slots), reinterpret_cast<float*>(out),
+                             rows, cpu::DeltaShape{heads, k_dim, v_dim}, path);
+      },
+      py::arg("q_ptr"), py::arg("k_ptr"), py::arg("v_ptr"), py::arg("g_ptr"), py::arg("beta_ptr"),
+      py::arg("states_ptr"), py::arg("slots_ptr"), py::arg("out_ptr"), py::arg("rows"),
+      py::arg("heads"), py::arg("k_dim"), py::arg("v_dim"),
+      "one token of the gated delta rule for `rows` rows on the active path, each row's state "
+      "at states[slots[row]] (int64 slots) updated in place");
+  cpu.def(
+      "delta_rule_chunk",
+      [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t state,
+         uintptr_t out, int64_t tokens, int64_t heads, int64_t k_dim, int64_t v_dim,
+         int64_t chunk) {
+        check_delta_shape(tokens, heads, k_dim, v_dim);
+        if (chunk <= 0) throw py::value_error("delta_rule_chunk: chunk must be positive");
+        py::gil_scoped_release release;
+        cpu::delta_rule_chunk(reinterpret_cast<const float*>(q), reinterpret_cast<const float*>(k),
+                              reinterpret_cast<const float*>(v), reinterpret_cast<const float*>(g),
+                              reinterpret_cast<const float*>(beta), reinterpret_cast<float*>(state),
+                              reinterpret_cast<float*>(out), tokens,
+                              cpu::DeltaShape{heads, k_dim, v_dim}, chunk);
+      },
+      py::arg("q_ptr"), py::arg("k_ptr"), py::arg("v_ptr"), py::arg("g_ptr"), py::arg("beta_ptr"),
+      py::arg("state_ptr"), py::arg("out_ptr"), py::arg("tokens"), py::arg("heads"),
+      py::arg("k_dim"), py::arg("v_dim"), py::arg("chunk"),
+      "the gated delta rule over one row's tokens, chunkwise, its state updated in place");
 }
 
 }  // namespace
@@ -189,6 +241,7 @@ void bind_cpu_kernels(py::module_& m) {
       "cu_seqlens/seq_lens/block_tables; n_threads > 0 runs a team of that many threads, 0 runs "
       "serially; window > 0: a query at position p attends to keys p - window + 1 .. p only; "
       "sinks_ptr: [n_heads] fp32 sink logits in each head's softmax denominator (0: none)");
+  bind_delta_rule(cpu);
 }
 
 }  // namespace met::bindings

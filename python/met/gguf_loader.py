@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -81,6 +81,12 @@ _LINEAR_SUFFIXES = (
     ".w_gate",
     ".w_up",
     ".w_down",
+    ".ssm_qkv",  # a recurrent layer's projections (Qwen3.5 / Qwen3-Next)
+    ".ssm_z",
+    ".ssm_beta",
+    ".ssm_alpha",
+    ".ssm_ba",
+    ".ssm_out",
     "embed",
     "lm_head",
     FUSED_QKV,
@@ -186,7 +192,7 @@ def read_config(reader: GGUFReader | SplitGGUF, path: str | Path) -> ModelConfig
     except ModelLoadError as exc:
         raise ModelLoadError(f"{path}: {exc}") from None
     rotated = int(get("rope.dimension_count", config.head_dim))
-    if rotated != config.head_dim:
+    if rotated != config.head_dim and not config.rope_dims:
         raise ModelLoadError(
             f"{path}: RoPE over {rotated} of {config.head_dim} head dimensions (partial rotary) "
             "is not supported"
@@ -254,7 +260,7 @@ def unpermute_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     )
 
 
-def _canonical_name(gguf_name: str, family_names: dict[str, str]) -> str | None:
+def _canonical_name(gguf_name: str, family_names: Mapping[str, str]) -> str | None:
     globals_ = {**_GLOBAL_NAMES, **family_names}
     if gguf_name in globals_:
         return globals_[gguf_name]
@@ -319,7 +325,10 @@ def _tensor_weights(
     file: BinaryIO,
 ) -> Iterator[tuple[str, Weight]]:
     """The weights one GGUF tensor holds: none, itself, or each expert's slice of a stack."""
-    name = _canonical_name(tensor.name, dict(FAMILIES[config.family].gguf_names))
+    layer = _LAYER_RE.fullmatch(tensor.name)
+    if layer and int(layer.group(1)) >= config.n_layers:
+        return  # a multi-token-prediction block after the decoder's (nextn_predict_layers)
+    name = _canonical_name(tensor.name, FAMILIES[config.family].gguf_names)
     if name and not config.n_experts and (".experts." in name or name.endswith(".router")):
         name = None  # a router or experts in a file without expert_count
     if name is None and _LAYER_RE.fullmatch(tensor.name):
@@ -416,6 +425,7 @@ def load_gguf(
         # the config read; dropping them before the weights arrive lowers the loading peak.
         reader.fields.clear()
     weights = dict(iter_weights(reader, config, path, dtype, keep_blocks))
+    FAMILIES[config.family].load_weights(weights, config, "gguf")
     split_fused(weights, config, path)
     split_expert_gate_up(weights)
     check_weights(weights, config, path)

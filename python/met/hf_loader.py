@@ -240,6 +240,7 @@ def load_hf(
     if "lm_head" not in weights:
         config.tie_embeddings = True
     family.hf_weights(weights)
+    family.load_weights(weights, config, "hf")
     split_fused(weights, config, folder)
     check_weights(weights, config, folder)
     return config, weights

@@ -193,10 +193,10 @@ def load_model(
         cpu_gguf = reader is not None and dev.type == "cpu" and shard is None
         weight_format = "gguf" if cpu_gguf and str(dtype) == "auto" else "dequantized"
         # GGUF blocks are kept for the C++ forward; a model it cannot run loads dequantized.
-        if weight_format == "gguf" and refusal(read_config(reader, path), "cpu"):
+        if weight_format == "gguf" and _blocks_refused(read_config(reader, path)):
             weight_format = "dequantized"
     keep_blocks = _check_weight_format(weight_format, dev, torch_dtype, shard)
-    if keep_blocks and reader is not None:
+    if keep_blocks and reader is not None and _blocks_refused(read_config(reader, path)):
         require(read_config(reader, path), "cpu", path)
 
     def report(stage: str, step: int) -> None:
@@ -225,6 +225,15 @@ def load_model(
     model = LlamaModel(model_config, weights, torch_dtype, dev)
     report("ready", 3)
     return config, model, tokenizer
+
+
+def _blocks_refused(config: ModelConfig) -> bool:
+    """Whether GGUF blocks cannot be kept: the C++ forward, which they are kept for, refuses the
+    model; but a hybrid model (recurrent layers) keeps them for the torch forward, which runs them
+    through met's quantized matmul (its weights would take 4-8x the memory dequantized)."""
+    if any(spec.mixer == "recurrent" for spec in config.layer_specs()):
+        return False
+    return refusal(config, "cpu") is not None
 
 
 def _check_weight_format(

@@ -141,6 +141,7 @@ class PagedRunner:
         random.Random(seed).shuffle(self.free)  # non-contiguous, out-of-order pages
         self.tables: dict[str, list[int]] = {}
         self.lens: dict[str, int] = {}
+        self.state_slots: dict[str, int] = {}
 
     def reserve(self, rows: list[tuple[str, list[int]]]) -> list[int]:
         """Grow each row's table for its new tokens and advance its length; returns where each
@@ -179,8 +180,17 @@ class PagedRunner:
             torch.tensor(seq_lens, dtype=torch.int32),
             torch.tensor(cu, dtype=torch.int32),
             torch.arange(len(ids)),
+            **self._state_slots(rows),
         )
         return [logits[cu[b] : cu[b + 1]] for b in range(len(rows))]
+
+    def _state_slots(self, rows: list[tuple[str, list[int]]]) -> dict[str, torch.Tensor]:
+        """A hybrid model's rows' recurrent-state slots: one per sequence, in order of arrival."""
+        if not getattr(self.model, "recurrent_layers", None):
+            return {}
+        for name, _ in rows:
+            self.state_slots.setdefault(name, len(self.state_slots))
+        return {"state_slots": torch.tensor([self.state_slots[name] for name, _ in rows])}
 
 
 def real_model_path() -> Path | None:

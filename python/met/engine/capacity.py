@@ -21,6 +21,7 @@ from met.engine.kv_budget import (
 )
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
+from met.model.deltanet import DeltaNetLayer, state_bytes
 from met.model.moe import MoeBlock
 
 # A typical request's prompt + output, for the second figure of the plan.
@@ -47,6 +48,10 @@ def weight_bytes(model) -> int:
             if isinstance(value, MoeBlock):  # the router and the experts this rank holds
                 weights.append(value.router)
                 weights.extend(part for expert in value.experts.values() for part in expert)
+                if value.shared is not None:
+                    weights += [value.shared[0], *value.shared[1]]
+            elif isinstance(value, DeltaNetLayer):
+                weights.extend(vars(value).values())
             else:
                 weights.append(value)
     for weight in weights:
@@ -68,6 +73,7 @@ class CapacityPlan:
     max_num_seqs: int
     max_model_len: int
     sized_by: str  # how the pool's size was chosen, in words naming its flag
+    state_bytes: int = 0  # a hybrid model's recurrent state, one sequence's (0: none)
 
     @property
     def kv_tokens(self) -> int:
@@ -88,11 +94,17 @@ class CapacityPlan:
             if "cuda" in (self.device)
             else ""
         )
+        state = ""
+        if self.state_bytes:
+            state = (
+                f"; recurrent state {_size(self.state_bytes)} a sequence, "
+                f"{_size(self.state_bytes * self.max_num_seqs)} for {self.max_num_seqs}"
+            )
         return (
             f"weights {_size(self.weights_bytes)} on {self.device}; KV cache {self.kv_blocks} "
             f"blocks of {self.block_size} = {self.kv_tokens} tokens ({self.kv_dtype}, "
             f"{_size(self.kv_token_bytes)} a token, {_size(self.kv_token_bytes * self.kv_tokens)}"
-            f"), {self.sized_by}. It holds {fits} (prompt + max_tokens; a request without "
+            f"), {self.sized_by}{state}. It holds {fits} (prompt + max_tokens; a request without "
             f"max_tokens reserves the full context); at most {self.max_num_seqs} run at once "
             "and the rest wait. --max-num-seqs sets how many run at once, --max-model-len the "
             "longest context, --kv-cache-blocks the pool's size, --kv-cache-dtype its bytes a "
@@ -118,7 +130,13 @@ def plan_capacity(
         max_num_seqs=cfg.max_num_seqs,
         max_model_len=max_model_len,
         sized_by=sized_by,
+        state_bytes=_state_bytes(mc, model),
     )
+
+
+def _state_bytes(mc: ModelConfig, model) -> int:
+    recurrent = getattr(model, "recurrent_layers", None)
+    return state_bytes(mc.recurrent, len(recurrent), model.dtype) if recurrent else 0
 
 
 def _pool_blocks(cfg: EngineConfig, mc: ModelConfig, model, shape: PoolShape) -> tuple[int, str]:

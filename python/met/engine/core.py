@@ -16,6 +16,7 @@ from met import _core
 from met.config import EngineConfig
 from met.constraints import ModelGrammar
 from met.engine.capacity import plan_capacity
+from met.engine.hybrid import hybrid_off
 from met.engine.kv_budget import kv_dtype
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
@@ -80,7 +81,10 @@ class EngineCore:
             config, self.model_config, self.model, self.kv_dtype, self.max_model_len
         )
         num_blocks = self.capacity.kv_blocks
-        kv_cache = self.model.allocate_kv_cache(num_blocks, config.block_size, self.kv_dtype)
+        kv_cache = self.model.allocate_kv_cache(
+            num_blocks, config.block_size, self.kv_dtype, state_slots=config.max_num_seqs
+        )
+        hybrid_off(self.model, config)
         # The CPU pool commits memory page by page as blocks are first written (PagedKvCache):
         # reusing cached blocks before touching new ones keeps its resident size at the peak in
         # use instead of growing with every token served.

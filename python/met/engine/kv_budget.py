@@ -32,7 +32,8 @@ class PoolShape:
 def pool_shape(
     mc: ModelConfig, element: int, block_size: int, max_model_len: int, tp_size: int
 ) -> PoolShape:
-    # This rank's share of each layer's KV heads; a shared-KV layer (Gemma 4) stores nothing.
+    # This rank's share of each layer's KV heads; a shared-KV layer (Gemma 4) and a
+    # recurrent one (a hybrid's) store nothing.
     owned = [shape for shape in layer_kv_shapes(mc, tp_size) if shape is not None]
     per_token = 2 * sum(n_kv * dim for n_kv, dim in owned) * element
     return PoolShape(per_token * block_size, math.ceil(max_model_len / block_size) + 1)

@@ -53,6 +53,8 @@ class TorchBackend(_core.Backend):
         self._forward_rows = getattr(model, "forward_rows", None)
         # The GPU forward draws plain rows with met's sampling kernel (CudaLlama.kernel_sample).
         self._kernel_sample = getattr(model, "kernel_sample", None)
+        # A hybrid model's recurrent state per slot (model/deltanet.py); None for attention only.
+        self._state = getattr(kv_cache, "state", None)
 
     # --- silent queries ---
     def vocab_size(self) -> int:
@@ -104,6 +106,8 @@ class TorchBackend(_core.Backend):
     # --- sequences ---
     def alloc_sequence(self, seq: _core.Sequence) -> None:
         seq.slot = self._free_slots.pop()
+        if self._state is not None:  # a hybrid model's sequence starts from a zeroed state
+            self._state.reset([seq.slot])
 
     def alloc_sequence_for(self, seq: _core.Sequence, budget: int) -> None:
         self.alloc_sequence(seq)
@@ -121,6 +125,8 @@ class TorchBackend(_core.Backend):
             return
         self._free_slots.remove(new_slot)
         self._release_slot(seq.slot)
+        if self._state is not None:  # the recurrent state moves with the sequence's row
+            self._state.move(seq.slot, new_slot)
         seq.slot = new_slot
 
     def _release_slot(self, slot: int) -> None:
@@ -172,6 +178,10 @@ class TorchBackend(_core.Backend):
         seq.seq_len = len(history)
         self.blocks.rollback(seq_id, len(history))
         self.blocks.commit(seq_id, history)
+        if self._state is not None and na < k + 1:
+            # The recurrent state ran over every draft; put back the one after the last that
+            # stands (the verify forward kept each token's).
+            self._state.restore(seq.slot, na)
 
     def _forward(self, rows: list[Row], stream: int, spread: int = 0) -> None:
         tables = [self._reserve(row) for row in rows]
@@ -256,7 +266,14 @@ class TorchBackend(_core.Backend):
     def _pack(
         self, rows: list[Row], tables: list[list[int]], spread: int = 0
     ) -> dict[str, torch.Tensor]:
-        return pack_rows(rows, tables, self.blocks.block_size(), self.model.device, spread)
+        inputs = pack_rows(rows, tables, self.blocks.block_size(), self.model.device, spread)
+        if self._state is not None:
+            slots = [row.seq.slot for row in rows]
+            inputs["state_slots"] = torch.tensor(slots, device=self.model.device)
+            if any(row.draft for row in rows):
+                drafts = [row.draft for row in rows]
+                inputs["verify_rows"] = torch.tensor(drafts, device=self.model.device)
+        return inputs
 
     def _reserve(self, row: Row) -> list[int]:
         """Grows the row's block table to cover its new tokens, or raises KvExhausted."""

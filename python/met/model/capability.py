@@ -37,6 +37,9 @@ POST_NORMS = "post-sublayer norms"
 NO_PRE_NORMS = "layers without pre-norms"
 MOE = "mixture-of-experts MLPs"
 RECURRENT = "recurrent layers"
+ATTN_GATE = "gated attention output"
+PARTIAL_ROPE = "partial RoPE"
+SHARED_EXPERT = "gated shared experts"
 GELU = "GeLU(tanh) MLPs"
 ATTN_SOFTCAP = "attention soft-capping"
 FINAL_SOFTCAP = "final-logit soft-capping"
@@ -69,6 +72,9 @@ FEATURES = (
     NO_PRE_NORMS,
     MOE,
     RECURRENT,
+    ATTN_GATE,
+    PARTIAL_ROPE,
+    SHARED_EXPERT,
     GELU,
     ATTN_SOFTCAP,
     FINAL_SOFTCAP,
@@ -84,8 +90,8 @@ FEATURES = (
 # What each forward implements (the basic layer, pre-norm attention with RoPE and a dense
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
-    "torch": frozenset(FEATURES) - {RECURRENT},
-    "cpu": frozenset(FEATURES) - {RECURRENT, *_NOT_ON_CPU},
+    "torch": frozenset(FEATURES),
+    "cpu": frozenset(FEATURES) - {RECURRENT, ATTN_GATE, PARTIAL_ROPE, SHARED_EXPERT, *_NOT_ON_CPU},
     "cuda": frozenset(),
 }
 
@@ -115,6 +121,8 @@ def model_features(config: ModelConfig) -> list[str]:
                 (PER_LAYER_INPUTS, spec.per_layer_input),
                 (DENSE_AND_MOE, spec.mlp == "dense+moe"),
                 (SCALED_ROUTER, spec.router == "scaled"),
+                (ATTN_GATE, spec.attn_gate),
+                (SHARED_EXPERT, spec.shared_expert),
             )
             if used
         }
@@ -127,6 +135,7 @@ def model_features(config: ModelConfig) -> list[str]:
         (QUERY_SCALE, config.query_scale is not None),
         (QUERY_TEMPERATURE, bool(config.attn_temp_scale)),
         (ROPE_MAGNITUDE, config.rope_attn_factor != 1.0),
+        (PARTIAL_ROPE, config.rope_dims not in (0, config.head_dim)),
     ):
         if used:
             needed.add(name)

@@ -25,8 +25,28 @@ if TYPE_CHECKING:
 # .post_moe_norm (the two outputs' norms), .router_scale [H] and .expert_scale [E]; .out_scale [1]
 # scales a layer's output; per-layer embeddings: ple_embed [V, L*D], ple_model_proj [L*D, H],
 # ple_proj_norm [D], per layer .ple_gate [D, H], .ple_proj [H, D], .ple_norm [H].
+# A gated attention layer (Qwen3.5) has .wq_gate [nh*hd, H] beside wq. A recurrent layer (Gated
+# DeltaNet) has instead of wq..wo the RECURRENT_WEIGHTS: .ssm_qkv [2*kh*kd + vh*vd, H] (q, k, v
+# channels, value heads grouped by key head), .ssm_z [vh*vd, H], .ssm_beta/.ssm_alpha [vh, H],
+# .ssm_conv [conv_dim, kernel], .ssm_dt [vh] (dt_bias), .ssm_a [vh] (-exp(A_log)), .ssm_norm
+# [vd] (the gated norm's weight, as stored), .ssm_out [H, vh*vd]. A shared expert (Qwen3-Next
+# MoE) is .shexp_gate [1, H] and .shexp.w_gate/.w_up [F_shared, H], .shexp.w_down.
 # Q/K rows are in rotate-half (Hugging Face) order. Norm weights multiply as stored (Gemma's
 # (1 + w) is folded in by the loaders, as llama.cpp's converter does).
+
+
+RECURRENT_WEIGHTS = (
+    "ssm_qkv",
+    "ssm_z",
+    "ssm_beta",
+    "ssm_alpha",
+    "ssm_conv",
+    "ssm_dt",
+    "ssm_a",
+    "ssm_norm",
+    "ssm_out",
+)
+SHARED_EXPERT_WEIGHTS = ("shexp_gate", "shexp.w_gate", "shexp.w_up", "shexp.w_down")
 
 
 class ModelLoadError(RuntimeError):
@@ -46,6 +66,31 @@ class RopeScaling:
     beta_fast: float = 32.0  # yarn: rotations per context where the ramp starts and ends
     beta_slow: float = 1.0
     truncate: bool = True  # yarn: round the ramp's bounds outwards (gpt-oss's HF config: no)
+
+
+@dataclass
+@dataclass(frozen=True)
+class RecurrentShape:
+    """A Gated DeltaNet layer's shape (Qwen3.5 / Qwen3-Next): k_heads query/key heads of k_dim,
+    v_heads value heads of v_dim (each key head serves v_heads / k_heads consecutive value
+    heads), a depthwise causal conv1d of `kernel` taps over the q, k, v channels."""
+
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    kernel: int
+    # Value head j reads key head j % k_heads (llama.cpp's GGUF layout, its converter's "tiled"
+    # order) instead of j // (v_heads / k_heads) (Hugging Face's, grouped by key head).
+    tiled: bool = False
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.v_heads * self.v_dim
 
 
 @dataclass
@@ -110,12 +155,23 @@ class ModelConfig:
     layers: list[LayerSpec] | None = None
     # Per-layer embeddings (Gemma 4's small models): the width of each layer's slice; 0: none.
     per_layer_dim: int = 0
+    # Partial RoPE (Qwen3.5 / Qwen3-Next): only the first rope_dims of each head rotate; 0: all.
+    rope_dims: int = 0
+    # Hybrid models: the recurrent layers' shape and the MoE's gated shared expert's width (0:
+    # none).
+    recurrent: RecurrentShape | None = None
+    shared_ffn: int = 0
 
     def layer_specs(self) -> list[LayerSpec]:
         """What each layer is (met.model.families.spec), as the forwards execute it."""
         from met.model.families.spec import standard_layers
 
         return self.layers if self.layers is not None else standard_layers(self)
+
+    def kv_layers(self) -> list[int]:
+        """The layers that keep K/V in the paged pool: every attention layer (not a recurrent
+        one, whose state lives in the recurrent pool)."""
+        return [i for i, spec in enumerate(self.layer_specs()) if spec.mixer == "attention"]
 
     def attn_temperature(self, position: int) -> float:
         """The query scale at `position` (1 without query temperature)."""
@@ -143,8 +199,9 @@ class ModelConfig:
     def inv_freq(self, local: bool = False, head_dim: int | None = None) -> list[float]:
         """RoPE inverse frequencies per rotated pair, with any context-extension rescale applied
         (local: the sliding layers' own, never rescaled), for heads of `head_dim` (default the
-        config's; a layer may have its own, Gemma 4)."""
-        dim = head_dim or self.head_dim
+        config's; a layer may have its own, Gemma 4); partial RoPE (rope_dims) rotates only the
+        first rope_dims of each head."""
+        dim = self.rope_dims or head_dim or self.head_dim
         theta = self.rope_local_theta if local else self.rope_theta
         freqs = [theta ** (-2.0 * i / dim) for i in range(dim // 2)]
         if local:
@@ -215,7 +272,11 @@ def check_weights(weights: dict[str, Any], config: ModelConfig, source: object) 
 def _layer_weights(config: ModelConfig, spec: LayerSpec) -> list[str]:
     """The canonical names of the weights one layer's plan reads."""
     own_kv = [] if spec.kv_source is not None else ["wk"] if spec.k_as_v else ["wk", "wv"]
-    names = ["wq", *own_kv, "wo"]
+    names = ["wq", *own_kv, "wo"] + (["wq_gate"] if spec.attn_gate else [])
+    if spec.mixer == "recurrent":
+        names = list(RECURRENT_WEIGHTS)
+    if spec.shared_expert:
+        names += list(SHARED_EXPERT_WEIGHTS)
     if spec.mlp != "dense":
         parts = ("w_gate", "w_up", "w_down")
         experts = range(config.n_experts)

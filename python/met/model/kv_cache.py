@@ -5,21 +5,26 @@ from __future__ import annotations
 import math
 import mmap
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from met.model.config import ModelConfig
 
+if TYPE_CHECKING:
+    from met.model.deltanet import RecurrentState
+
 KvShape = tuple[int, int]  # (n_kv_heads, head_dim) of one layer's K (and V) rows
 
 
 def layer_kv_shapes(config: ModelConfig, tp_size: int = 1) -> list[KvShape | None]:
     """Each layer's KV row shape in the pool (this rank's share of the heads), None for a layer
-    that attends over an earlier layer's KV (shared KV: it stores nothing)."""
+    that stores none: one attending over an earlier layer's KV (shared KV) or a recurrent one (a
+    hybrid's: its state lives in the recurrent pool)."""
     shapes: list[KvShape | None] = []
     for spec in config.layer_specs():
-        if spec.kv_source is not None:
+        if spec.kv_source is not None or spec.mixer == "recurrent":
             shapes.append(None)
             continue
         n_kv = spec.n_kv_heads or config.n_kv_heads
@@ -29,7 +34,8 @@ def layer_kv_shapes(config: ModelConfig, tp_size: int = 1) -> list[KvShape | Non
 
 @dataclass
 class PagedKvCache:
-    """K and V pages, each [n_layers, num_blocks, block_size, n_kv_heads, head_dim].
+    """K and V pages, each [n_kv_layers, num_blocks, block_size, n_kv_heads, head_dim], for the
+    model's attention layers (ModelConfig.kv_layers: all of them but a hybrid's recurrent ones).
 
     Token at position p of a sequence lives in flat slot block_table[p // block_size] *
     block_size + p % block_size; the scheduler's block manager owns which blocks are whose.
@@ -43,7 +49,9 @@ class PagedKvCache:
     k: Tensor
     v: Tensor
     others: list[tuple[Tensor, Tensor]] = field(default_factory=list)
-    where: list[tuple[int, int]] | None = None
+    where: list[tuple[int, int] | None] | None = None
+    # A hybrid model's recurrent layers' state per sequence slot (LlamaModel.allocate_kv_cache).
+    state: RecurrentState | None = None
 
     @classmethod
     def allocate(
@@ -81,7 +89,10 @@ class PagedKvCache:
     def layer_slots(self, layer: int) -> tuple[Tensor, Tensor]:
         """Layer `layer`'s K and V as [num_blocks * block_size, n_kv_heads, head_dim] views
         (a shared-KV layer's are its source layer's)."""
-        group, index = (0, layer) if self.where is None else self.where[layer]
+        place = (0, layer) if self.where is None else self.where[layer]
+        if place is None:
+            raise ValueError(f"layer {layer} keeps no K/V (a recurrent layer)")
+        group, index = place
         k, v = (self.k, self.v) if group == 0 else self.others[group - 1]
         n_kv, head_dim = k.shape[3], k.shape[4]
         return k[index].view(-1, n_kv, head_dim), v[index].view(-1, n_kv, head_dim)
@@ -89,11 +100,14 @@ class PagedKvCache:
 
 def _layout(
     config: ModelConfig, shapes: list[KvShape | None]
-) -> tuple[dict[KvShape, int], list[tuple[int, int]]]:
+) -> tuple[dict[KvShape, int], list[tuple[int, int] | None]]:
     """Layers grouped by KV shape: each group's layer count, and each layer's place."""
     groups: dict[KvShape, int] = {}
-    where: list[tuple[int, int]] = []
+    where: list[tuple[int, int] | None] = []
     for i, shape in enumerate(shapes):
+        if shape is None and config.layer_specs()[i].kv_source is None:
+            where.append(None)  # a recurrent layer: no pages
+            continue
         if shape is None:
             source = config.layer_specs()[i].kv_source
             if source is None or not 0 <= source < i or shapes[source] is None:

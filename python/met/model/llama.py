@@ -18,6 +18,7 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
+from met.model.deltanet import DeltaNetLayer, RecurrentState, plan_rows
 from met.model.kv_cache import PagedKvCache
 from met.model.layer_extras import (
     head_norms,
@@ -95,8 +96,8 @@ class LlamaModel:
         self.lm_head = take("lm_head") if "lm_head" in weights else self.embed
         self.norm = take("norm")
         self.specs = config.layer_specs()
-        if any(spec.mixer != "attention" for spec in self.specs):
-            raise ValueError("the torch forward runs attention layers only")
+        # Recurrent layers index their own state pool (model/deltanet.py) in layer order.
+        self.recurrent_layers = [i for i, s in enumerate(self.specs) if s.mixer == "recurrent"]
         # Per-layer embeddings (Gemma 4's small models): model-wide tables, None without.
         self.ple = take_per_layer_inputs(config, take) if config.per_layer_dim else None
         self.layers = [self._fuse_layer(weights, i, take) for i in range(config.n_layers)]
@@ -108,6 +109,8 @@ class LlamaModel:
         # One QKV and one gate/up matmul per layer instead of five: per-op overhead dominates
         # small-batch decode on the CPU.
         p, spec, c = f"layers.{i}.", self.specs[i], self.config
+        if spec.mixer == "recurrent":
+            return self._recurrent_layer(weights, i, take)
         bias = None
         if p + "bq" in weights:
             bias = torch.cat([take(p + "bq"), take(p + "bk"), take(p + "bv")])
@@ -116,11 +119,13 @@ class LlamaModel:
         q_norm = take(p + "q_norm") if spec.qk_norm != "none" else None
         k_norm = take(p + "k_norm") if spec.qk_norm != "none" and spec.own_kv else None
         dims = (c.n_heads, spec.n_kv_heads or c.n_kv_heads, spec.head_dim or c.head_dim)
-        pre, post = spec.pre_norms, spec.post_norms
+        pre, post, gate = spec.pre_norms, spec.post_norms, ["wq_gate"] if spec.attn_gate else []
         return {
             "dims": dims,
             "attn_norm": take(p + "attn_norm") if pre else None,
-            "wqkv": self._fuse([take(p + n) for n in ["wq", *own]]),
+            # A gated attention layer's (Qwen3.5) gate rows come last, after V.
+            "wqkv": self._fuse([take(p + n) for n in ["wq", *own, *gate]]),
+            "attn_gate": spec.attn_gate,
             "bqkv": bias,
             "q_norm": q_norm,
             "k_norm": k_norm,
@@ -131,6 +136,19 @@ class LlamaModel:
             "mlp_norm": take(p + "mlp_norm") if pre else None,
             "post_attn_norm": take(p + "post_attn_norm") if post else None,
             "post_mlp_norm": take(p + "post_mlp_norm") if post else None,
+            **self._mlp(weights, i, take),
+        }
+
+    def _recurrent_layer(self, weights: dict[str, Weight], i: int, take) -> dict[str, object]:
+        index = self.recurrent_layers.index(i)
+        p, c = f"layers.{i}.", self.config
+        mixer = DeltaNetLayer(take, p, c.recurrent, c.norm_eps, index, self._fuse)
+        return {
+            "attn_norm": take(p + "attn_norm"),
+            "deltanet": mixer,
+            "mlp_norm": take(p + "mlp_norm"),
+            "post_attn_norm": None,
+            "post_mlp_norm": None,
             **self._mlp(weights, i, take),
         }
 
@@ -163,12 +181,23 @@ class LlamaModel:
         }
 
     def allocate_kv_cache(
-        self, num_blocks: int, block_size: int = 16, dtype: torch.dtype | None = None
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        dtype: torch.dtype | None = None,
+        state_slots: int = 16,
     ) -> PagedKvCache:
         """A pool in `dtype` (default: the model's; a narrower one, such as float16 under float32
-        weights, is rounded to as K/V are stored)."""
+        weights, is rounded to as K/V are stored); a hybrid model's also holds the recurrent
+        state of `state_slots` sequences."""
         kv_dtype = dtype or self.dtype
-        return PagedKvCache.allocate(self.config, num_blocks, block_size, kv_dtype, self.device)
+        cache = PagedKvCache.allocate(self.config, num_blocks, block_size, kv_dtype, self.device)
+        if self.recurrent_layers:
+            n, c = len(self.recurrent_layers), self.config
+            cache.state = RecurrentState.allocate(
+                c.recurrent, n, state_slots, self.dtype, self.device
+            )
+        return cache
 
     @torch.inference_mode()
     def forward(
@@ -181,6 +210,8 @@ class LlamaModel:
         seq_lens: IntArray,
         cu_seqlens: IntArray,
         logits_rows: IntArray,
+        state_slots: IntArray | None = None,
+        verify_rows: IntArray | None = None,
         hidden: bool = False,
     ) -> Tensor:
         """Float32 logits [len(logits_rows), vocab] for the chosen packed positions (hidden:
@@ -190,6 +221,10 @@ class LlamaModel:
         block_tables: [B, max_blocks] (padding: any value). seq_lens: [B], each row's context
         length including this step's tokens; a row's tokens sit at positions seq_len - q .. -1.
         cu_seqlens: [B + 1] packed start of each row. Writes this step's K/V into `cache`.
+        state_slots: [B] each row's slot in cache.state (hybrid models only): a row starting at
+        position 0 starts from a zeroed state, any other continues its slot's state.
+        verify_rows: [B] 1 for rows verifying drafts (hybrid models): their state after each
+        token is kept, for cache.state.restore once the scheduler says how many stand.
         """
         dev = self.device
         ids = torch.as_tensor(input_ids, dtype=torch.long).to(dev)
@@ -200,7 +235,7 @@ class LlamaModel:
         c = self.config
         # One attention plan per distinct window and query heads per KV head (Gemma: global and
         # sliding layers).
-        kinds = {self._plan_kind(i) for i in range(c.n_layers)}
+        kinds = {self._plan_kind(i) for i in range(c.n_layers) if "deltanet" not in self.layers[i]}
         plans = {k: self._plan(cache, block_tables, seq_lens, cu_seqlens, *k) for k in kinds}
         tables = {("global", None): (self.cos[pos], self.sin[pos])}
         if self.local_cos is not None:
@@ -211,8 +246,15 @@ class LlamaModel:
         if c.embed_scale != 1.0:
             x = x * c.embed_scale
         per_layer = None if self.ple is None else self.ple.inputs(ids, x, self._norm)
+        recurrent = None
+        if self.recurrent_layers:
+            recurrent = plan_rows(cache.state, seq_lens, cu_seqlens, state_slots, dev, verify_rows)
         fresh: dict[int, tuple[Tensor, Tensor]] = {}  # this step's K/V of the kv_sources
         for i, (layer, spec) in enumerate(zip(self.layers, self.specs, strict=True)):
+            if "deltanet" in layer:
+                x = x + layer["deltanet"](self._pre_norm(x, layer["attn_norm"]), *recurrent)
+                x = x + self._mlp_out(x, layer)
+                continue
             kv = cache.layer_slots(i)
             key = (spec.rope, None if spec.head_dim == c.head_dim else spec.head_dim)
             rope = None if spec.rope == "none" else tables[key]
@@ -291,6 +333,8 @@ class LlamaModel:
             k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
             v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
         out = self._attention(q, k, v, k_cache, v_cache, plan, w["sinks"])
+        if w["attn_gate"]:  # the gate's rows follow V's
+            out = out * torch.sigmoid(qkv[:, q_width + 2 * kv_width :])
         attn = self._reduced(linear(out, w["wo"]))
         if w["bo"] is not None:  # after the reduce: a bias is added once, not once per rank
             attn = attn + w["bo"]

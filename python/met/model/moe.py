@@ -93,8 +93,12 @@ class MoeBlock:
         biases: Mapping[int, ExpertBiases] | None = None,
         activation: Activation = silu_gated,
         scaled: ScaledRouter | None = None,
+        shared: tuple[Weight, ExpertWeights] | None = None,
     ) -> None:
         self.router = router
+        # Qwen3-Next / Qwen3.5-MoE: (gate [1, H], expert) whose output, times sigmoid(gate . x),
+        # every token adds. Under expert parallelism the rank holding expert 0 adds it.
+        self.shared = shared
         self.scaled = scaled
         self.router_kind = router_kind
         self.router_bias = router_bias
@@ -134,11 +138,23 @@ class MoeBlock:
                 y = self._expert_mlp(x[rows], expert)
                 out.index_add_(0, rows, y * pair_weights[start:end, None])
             start = end
+        if self.shared is not None and 0 in self.experts:
+            gate, expert = self.shared
+            out = out + torch.sigmoid(linear(x, gate)) * self._mlp(x, expert)
         return out
 
     def _expert_mlp(self, x: Tensor, expert: int) -> Tensor:
-        gate_up, down = self.experts[expert]
         b_gate_up, b_down = self.biases.get(expert, (None, None))
+        return self._mlp(x, self.experts[expert], b_gate_up, b_down)
+
+    def _mlp(
+        self,
+        x: Tensor,
+        weights: ExpertWeights,
+        b_gate_up: Tensor | None = None,
+        b_down: Tensor | None = None,
+    ) -> Tensor:
+        gate_up, down = weights
         gate, up = linear(x, gate_up, b_gate_up).chunk(2, dim=-1)
         return linear(self.activation(gate, up), down, b_down)
 
@@ -178,6 +194,10 @@ def take_moe_block(
         # The router's input scale and 1 / sqrt(hidden) as one vector.
         scale = take(p + "router_scale") * config.hidden**-0.5
         scaled = ScaledRouter(scale, take(p + "expert_scale"), config.norm_eps)
+    shared = None
+    if p + "shexp_gate" in weights:
+        parts = [take(p + "shexp." + n) for n in ("w_gate", "w_up", "w_down")]
+        shared = (take(p + "shexp_gate"), (fuse(parts[:2]), parts[2]))
     return MoeBlock(
         take(p + "router"),
         experts,
@@ -188,6 +208,7 @@ def take_moe_block(
         biases=biases,
         activation=activation,
         scaled=scaled,
+        shared=shared,
     )
 
 

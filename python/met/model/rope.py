@@ -27,7 +27,11 @@ def rope_table(
 
 
 def rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Pair i of each head is (x[i], x[i + dim / 2])."""
+    """Pair i of each head is (x[i], x[i + dim / 2]); with partial RoPE (tables narrower than
+    half the head) only the first 2 * cos.shape[-1] dims rotate, the rest pass through."""
+    if 2 * cos.shape[-1] < x.shape[-1]:
+        rotated = 2 * cos.shape[-1]
+        return torch.cat((rotate_half(x[..., :rotated], cos, sin), x[..., rotated:]), dim=-1)
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

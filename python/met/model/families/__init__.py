@@ -18,6 +18,9 @@ from met.model.families import (
     qwen2,
     qwen3,
     qwen3moe,
+    qwen3next,
+    qwen35,
+    qwen35moe,
     smollm3,
 )
 from met.model.families.spec import Family, LayerSpec
@@ -40,6 +43,9 @@ FAMILIES: dict[str, Family] = {
         mistral3,
         ministral,
         gpt_oss,
+        qwen35,
+        qwen35moe,
+        qwen3next,
     )
 }
 _BY_GGUF = {arch: f for f in FAMILIES.values() for arch in f.gguf_archs}

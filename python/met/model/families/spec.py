@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from met.model.config import ModelConfig
 
-MIXERS = ("attention", "recurrent")  # recurrent: no forward runs one yet
+MIXERS = ("attention", "recurrent")  # recurrent: a Gated DeltaNet layer (model/deltanet.py)
 ROPES = ("global", "local", "none")  # local: the sliding layers' own base (Gemma 3)
 QK_NORMS = ("none", "head", "full")  # head: per head (Qwen3); full: whole projection (OLMo 2)
 NORMS = ("pre", "sandwich", "post")  # sandwich: pre and post (Gemma); post: post only (OLMo 2)
@@ -49,6 +49,8 @@ class LayerSpec:
     k_as_v: bool = False
     v_norm: bool = False
     per_layer_input: bool = False
+    attn_gate: bool = False  # attention output times sigmoid(a per-channel gate from the input)
+    shared_expert: bool = False  # MoE: plus a sigmoid-gated shared expert (Qwen3-Next)
 
     def __post_init__(self) -> None:
         for value, allowed in (
@@ -131,8 +133,10 @@ class Family:
 
     gguf_config(config, get) and hf_config(config, raw) complete a config the loaders filled with
     the fields every family shares; hf_weights(weights) adjusts the canonical weights of a
-    folder (Gemma's (1 + w) norms). hf_names maps a Hugging Face layer tensor suffix (or a whole
-    global tensor name) to its canonical name, over the common ones (hf_loader._LAYER_NAMES)."""
+    folder (Gemma's (1 + w) norms), load_weights(weights, config, fmt) those of either format
+    ("gguf" or "hf": splitting fused projections, undoing a converter's reordering). hf_names
+    maps a Hugging Face layer tensor suffix (or a whole global tensor name) to its canonical
+    name, over the common ones (hf_loader._LAYER_NAMES)."""
 
     name: str
     gguf_archs: tuple[str, ...] = ()
@@ -147,6 +151,7 @@ class Family:
     # GGUF tensor name (global) or layer tensor suffix -> canonical name, over the common ones
     # (gguf_loader._GLOBAL_NAMES, _LAYER_NAMES).
     gguf_names: Mapping[str, str] = field(default_factory=dict)
+    load_weights: Callable[[dict[str, Tensor], ModelConfig, str], None] = _unchanged
     hf_text_prefixes: tuple[str, ...] = ()  # multimodal checkpoints: where the text model is
     hf_weights: Callable[[dict[str, Tensor]], None] = _unchanged
     turn_end_tokens: tuple[str, ...] = ()  # also end generation (Gemma's <end_of_turn>)
