@@ -20,7 +20,7 @@ from met.engine.hybrid import hybrid_off
 from met.engine.kv_budget import kv_dtype
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
-from met.engine.pooling import POOLINGS, Pooler, file_pooling
+from met.engine.pooling import pooler_for
 from met.engine.prompt_logprobs import PromptScores
 from met.engine.torch_backend import TorchBackend
 from met.hub import served_name
@@ -100,7 +100,7 @@ class EngineCore:
             self.model_config, config.tensor_parallel_size, config.enable_expert_parallel
         )
         self.backend = self._make_backend(kv_cache, num_blocks)
-        self.pooler = self._make_pooler(kv_cache)
+        self.pooler = pooler_for(self.config, self.model_path, self.model, kv_cache, self.blocks)
         self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
@@ -111,16 +111,6 @@ class EngineCore:
         # Structured output's tokenizer and compiled grammars, built on the first request asking.
         self.grammar = ModelGrammar(self.tokenizer, self.model_config.vocab)
         _return_free_heap()
-
-    def _make_pooler(self, kv_cache) -> Pooler | None:
-        pooling = self.config.pooling or file_pooling(self.model_path)
-        if pooling is None or pooling == "none":
-            return None
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling: {', '.join(POOLINGS)}; not {pooling!r}")
-        if self.config.tensor_parallel_size > 1:
-            raise ValueError("embeddings and rerank run on one rank: no --tensor-parallel-size")
-        return Pooler(self.model, kv_cache, self.blocks, pooling, self.config.max_batch_tokens)
 
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:

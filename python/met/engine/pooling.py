@@ -52,6 +52,18 @@ def file_pooling(path: Path) -> str | None:
     return None
 
 
+def pooler_for(config: Any, path: Path, model: Any, cache: Any, blocks: Any) -> Pooler | None:
+    """The engine's pooler: --pooling, else what the model file says; None when neither pools."""
+    pooling = config.pooling or file_pooling(path)
+    if pooling is None or pooling == "none":
+        return None
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling: {', '.join(POOLINGS)}; not {pooling!r}")
+    if config.tensor_parallel_size > 1:
+        raise ValueError("embeddings and rerank run on one rank: no --tensor-parallel-size")
+    return Pooler(model, cache, blocks, pooling, config.max_batch_tokens)
+
+
 class Pooler:
     """Runs prompts through `model` over `cache`, with blocks of `blocks`."""
 
