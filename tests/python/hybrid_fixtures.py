@@ -196,7 +196,13 @@ def write_gguf(
     add_attention(
         w, c.num_attention_heads, c.num_key_value_heads, theta, c.rms_norm_eps, c.head_dim
     )
-    w.add_rope_dimension_count(int(c.head_dim * c.rope_parameters["partial_rotary_factor"]))
+    rope_dims = int(c.head_dim * c.rope_parameters["partial_rotary_factor"])
+    w.add_rope_dimension_count(rope_dims)
+    if arch != "qwen3next":
+        # Qwen3.5's multimodal RoPE sections (llama.cpp requires the key); for text, whose
+        # positions are the same in every section, it is the plain rotation met runs.
+        pairs = rope_dims // 2
+        w.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
     w.add_ssm_conv_kernel(c.linear_conv_kernel_dim)
     w.add_ssm_state_size(c.linear_key_head_dim)
     w.add_ssm_group_count(c.linear_num_key_heads)
