@@ -122,13 +122,15 @@ def write_gemma4_gguf(
     qtype: Q = Q.Q8_0,
     specials: list[str] | None = None,
     template: str | None = None,
+    overrides: dict | None = None,
 ) -> Path:
     """The model as llama.cpp's converter writes it, with the tests' byte-level vocabulary
-    (`specials` first: bos 0 and eos 2 without them, else Gemma's <bos> and <eos>)."""
+    (`specials` first: bos 0 and eos 2 without them, else Gemma's <bos> and <eos>);
+    `overrides`: the ones the model was built with, where they change its head widths."""
     c = model.config
     sliding = [t == "sliding_attention" for t in c.layer_types]
     # transformers' config has no single head_dim (nor KV heads) any more: the overrides'.
-    settings = {**SHAPE, **(LIKE_31B if c.attention_k_eq_v else DENSE)}
+    settings = {**SHAPE, **(LIKE_31B if c.attention_k_eq_v else DENSE), **(overrides or {})}
     full_dim, swa_dim = settings["global_head_dim"], settings["head_dim"]
     w = gguf.GGUFWriter(str(path), "gemma4")
     add_shape(w, c.num_hidden_layers, c.max_position_embeddings, c.hidden_size, c.intermediate_size)

@@ -4,9 +4,11 @@ llama.cpp's converter writes gpt-oss (experts F32 or MXFP4)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gguf
 import torch
-from hf_reference import SHAPE, Q, build_hf, write_gguf
+from hf_reference import Q, build_hf, write_gguf
 
 EXPERTS, TOP_K, WINDOW, ORIGINAL, FACTOR = 4, 2, 4, 8, 32.0  # 8 * 32: the 256 positions
 ROPE = {
@@ -34,15 +36,14 @@ def gpt_oss_model(truncate: bool = False, rounded: Q | None = None, **overrides:
     """The tiny gpt-oss; truncate: YaRN's rounded ramp (llama.cpp's, so the GGUF reference);
     rounded: the experts (MXFP4), or every linear weight but the router (Q8_0), rounded to the
     format the file will hold."""
-    model = build_hf(
-        "gpt_oss",
-        num_local_experts=EXPERTS,
-        num_experts_per_tok=TOP_K,
-        sliding_window=WINDOW,
-        rope_parameters={**ROPE, "truncate": truncate},
-        tie_word_embeddings=False,
-        **overrides,
-    )
+    settings = {
+        "num_local_experts": EXPERTS,
+        "num_experts_per_tok": TOP_K,
+        "sliding_window": WINDOW,
+        "rope_parameters": {**ROPE, "truncate": truncate},
+        "tie_word_embeddings": False,
+    }
+    model = build_hf("gpt_oss", **{**settings, **overrides})
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.dim() == 3:  # build_hf draws these N(0, 1): scale by fan-in as linears
@@ -83,11 +84,20 @@ def _convert(suffix: str, t: torch.Tensor, qtype: Q):
     return [(names[suffix], t, Q.F32)] if suffix in names else None
 
 
-def _metadata(w: gguf.GGUFWriter) -> None:
-    w.add_expert_count(EXPERTS)
-    w.add_expert_used_count(TOP_K)
-    w.add_expert_feed_forward_length(SHAPE["intermediate_size"])
-    w.add_sliding_window(WINDOW)
+def _metadata(config) -> Callable[[gguf.GGUFWriter], None]:
+    """The gpt-oss keys of a model of `config` (its experts, width and window)."""
+
+    def add(w: gguf.GGUFWriter) -> None:
+        w.add_expert_count(config.num_local_experts)
+        w.add_expert_used_count(config.num_experts_per_tok)
+        w.add_expert_feed_forward_length(config.intermediate_size)
+        w.add_sliding_window(config.sliding_window)
+        _yarn(w)
+
+    return add
+
+
+def _yarn(w: gguf.GGUFWriter) -> None:
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(FACTOR)
     w.add_rope_scaling_orig_ctx_len(ORIGINAL)
@@ -100,5 +110,11 @@ def gpt_oss_gguf(model, path, experts: Q = Q.F32, qtype: Q = Q.F32, tokenizer=No
         return _convert(suffix, t, experts)
 
     return write_gguf(
-        model, path, "gpt-oss", qtype, metadata=_metadata, convert=convert, tokenizer=tokenizer
+        model,
+        path,
+        "gpt-oss",
+        qtype,
+        metadata=_metadata(model.config),
+        convert=convert,
+        tokenizer=tokenizer,
     )
