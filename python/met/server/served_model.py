@@ -33,19 +33,6 @@ class LoadProgress:
     def __call__(self, stage: str, done: int, total: int) -> None:
         self.stage, self.done, self.total = stage, done, total
 
-    def memory_bytes(self) -> int:
-        """Its weights and KV pool once loaded (the capacity plan's); before, its files' size
-        (0 for a Hub model not downloaded yet)."""
-        if self.status == LOADED and self.ready:
-            plan = self.engine.capacity
-            return plan.weights_bytes + plan.kv_tokens * plan.kv_token_bytes
-        path = Path(self.config.model or "").expanduser()
-        if self.config.model is None or not path.exists():
-            return 0
-        if path.is_file():
-            return path.stat().st_size
-        return sum(p.stat().st_size for p in path.glob("*.safetensors"))
-
     def view(self) -> dict[str, Any]:
         # The engine reports load steps, not bytes, so there are no bytes_* fields to show.
         return {"stage": self.stage, "done": self.done, "total": self.total}
