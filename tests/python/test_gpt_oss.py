@@ -95,6 +95,16 @@ def test_gpt_oss_matches_transformers(tmp_path, kind):
     assert assert_matches_transformers(path, hf_logits(model), tol) == ["torch"]
 
 
+def _assert_cpp_matches_torch(blocks) -> None:
+    """The C++ forward against the torch forward over the same blocks and matmul kernels."""
+    torch_runner = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
+    cpp = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
+    cpp.model = CpuLlama(blocks, cpp.cache)
+    for rows in STEPS:
+        for got, ref in zip(cpp.step(rows), torch_runner.step(rows), strict=True):
+            torch.testing.assert_close(got, ref, atol=TOL_CPP * ref.abs().max().item(), rtol=0)
+
+
 def test_the_cpp_forward_runs_gpt_oss_like_the_torch_one(tmp_path):
     # Every linear weight but the router in Q8_0 blocks, the reference holding the same values.
     # The routers scaled by 4: wider top-2 margins than the int8 activations' noise, which
@@ -115,12 +125,7 @@ def test_the_cpp_forward_runs_gpt_oss_like_the_torch_one(tmp_path):
     # against the torch forward over the same blocks and matmul kernels.
     _, blocks, _ = load_model(path, device="cpu", weight_format="gguf")
     assert cannot_run(blocks, "cpu") is None
-    torch_runner = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
-    cpp = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
-    cpp.model = CpuLlama(blocks, cpp.cache)
-    for rows in STEPS:
-        for got, ref in zip(cpp.step(rows), torch_runner.step(rows), strict=True):
-            torch.testing.assert_close(got, ref, atol=TOL_CPP * ref.abs().max().item(), rtol=0)
+    _assert_cpp_matches_torch(blocks)
 
 
 def test_the_cpp_forward_reads_mxfp4_experts_as_the_torch_one(tmp_path):
@@ -135,12 +140,7 @@ def test_the_cpp_forward_reads_mxfp4_experts_as_the_torch_one(tmp_path):
     experts = blocks.layers[0]["moe"].experts
     assert {w.qtype for pair in experts.values() for w in pair} == {"MXFP4"}
     assert cannot_run(blocks, "cpu") is None
-    torch_runner = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
-    cpp = PagedRunner(blocks, num_blocks=32, block_size=4, seed=1)
-    cpp.model = CpuLlama(blocks, cpp.cache)
-    for rows in STEPS:
-        for got, ref in zip(cpp.step(rows), torch_runner.step(rows), strict=True):
-            torch.testing.assert_close(got, ref, atol=TOL_CPP * ref.abs().max().item(), rtol=0)
+    _assert_cpp_matches_torch(blocks)
 
 
 def test_gpt_oss_plan_and_capability(tmp_path):
