@@ -76,21 +76,7 @@ def _state(request: Request) -> ServerState:
 async def list_models(request: Request) -> JSONResponse:
     state = _state(request)
     state.require_ready()
-    models = state.router.listing(_CREATED)
-    if not models:  # '*' alone: the model answers to its own name too
-        default = state.default
-        models = [
-            {
-                "id": default.name,
-                "object": "model",
-                "created": _CREATED,
-                "owned_by": "met",
-                "status": {"value": default.status},
-                "max_model_len": default.engine.max_model_len,
-                **default.chat_setup.describe(),
-            }
-        ]
-    return JSONResponse({"object": "list", "data": models})
+    return JSONResponse({"object": "list", "data": state.router.listing(_CREATED)})
 
 
 async def load_model(request: Request) -> JSONResponse:

@@ -125,8 +125,7 @@ class ModelRouter:
         )
 
     def names(self) -> list[str]:
-        named = [m.names for m in self.models if m.given_names or m.ready]
-        return [n for names in named for n in names if n != "*"]
+        return [n for m in self.models for n in _listed_names(m)]
 
     async def acquire(self, requested: str | None, request: Request | None) -> ServedModel:
         """The named model, loaded (waiting for its load, bounded), leased to `request`."""
@@ -204,9 +203,7 @@ class ModelRouter:
         out = []
         for model in self.models:
             loaded = model.status == LOADED and model.ready
-            for name in model.names if model.given_names or loaded else []:
-                if name == "*":
-                    continue
+            for name in _listed_names(model):
                 entry: dict[str, Any] = {
                     "id": name,
                     "object": "model",
@@ -219,6 +216,15 @@ class ModelRouter:
                     entry |= model.chat_setup.describe()
                 out.append(entry)
         return out
+
+
+def _listed_names(model: ServedModel) -> list[str]:
+    """The names a model is listed under: those it was given but '*' (which accepts any), or,
+    once loaded with none else, its own."""
+    named = [n for n in model.given_names if n != "*"]
+    if named:
+        return named
+    return [model.name] if model.status == LOADED and model.ready else []
 
 
 def _names(settings: ServerSettings, spec: str | None, index: int) -> list[str] | None:

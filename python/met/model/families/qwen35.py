@@ -2,17 +2,6 @@
 HF): three Gated DeltaNet layers then one gated attention layer, dense SiLU MLPs (the layers as
 families/qwen3_hybrid.py reads them). The vision tower of a multimodal checkpoint is not read."""
 
-from met.model.families import qwen3_hybrid as hybrid
-from met.model.families.spec import Family
+from met.model.families.qwen3_hybrid import hybrid_family
 
-FAMILY = Family(
-    name="qwen35",
-    gguf_archs=("qwen35",),
-    hf_types=("qwen3_5", "qwen3_5_text"),
-    gguf_config=hybrid.apply_gguf,
-    hf_config=hybrid.apply_hf,
-    hf_names=hybrid.HF_NAMES,
-    gguf_names=hybrid.GGUF_NAMES,
-    hf_text_prefixes=hybrid.HF_TEXT_PREFIXES,
-    load_weights=hybrid.load_weights,
-)
+FAMILY = hybrid_family("qwen35", ("qwen3_5", "qwen3_5_text"))

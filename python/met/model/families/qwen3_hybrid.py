@@ -24,7 +24,7 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig, ModelLoadError, RecurrentShape
-from met.model.families.spec import GgufGet, LayerSpec, rope_settings
+from met.model.families.spec import Family, GgufGet, LayerSpec, rope_settings
 from met.model.linear import Weight
 
 HF_NAMES = {
@@ -211,3 +211,20 @@ def _split_qwen3next(weights: dict[str, Weight], p: str, s: RecurrentShape) -> N
     if ba is not None:
         b, a = torch.arange(2 * s.v_heads).reshape(s.k_heads, 2 * ratio).split([ratio, ratio], 1)
         weights[p + "ssm_beta"], weights[p + "ssm_alpha"] = _rows(ba, b), _rows(ba, a)
+
+
+def hybrid_family(
+    name: str, hf_types: tuple[str, ...], text_prefixes: tuple[str, ...] = HF_TEXT_PREFIXES
+) -> Family:
+    """One of the hybrid families: GGUF arch `name`, the HF model_types given, read as above."""
+    return Family(
+        name=name,
+        gguf_archs=(name,),
+        hf_types=hf_types,
+        gguf_config=apply_gguf,
+        hf_config=apply_hf,
+        hf_names=HF_NAMES,
+        gguf_names=GGUF_NAMES,
+        hf_text_prefixes=text_prefixes,
+        load_weights=load_weights,
+    )

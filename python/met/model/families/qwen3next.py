@@ -2,16 +2,6 @@
 of families/qwen3_hybrid.py with the DeltaNet's q, k, v, z projections fused per key head
 (in_proj_qkvz; b and a as in_proj_ba), MoE MLPs with a gated shared expert."""
 
-from met.model.families import qwen3_hybrid as hybrid
-from met.model.families.spec import Family
+from met.model.families.qwen3_hybrid import hybrid_family
 
-FAMILY = Family(
-    name="qwen3next",
-    gguf_archs=("qwen3next",),
-    hf_types=("qwen3_next",),
-    gguf_config=hybrid.apply_gguf,
-    hf_config=hybrid.apply_hf,
-    hf_names=hybrid.HF_NAMES,
-    gguf_names=hybrid.GGUF_NAMES,
-    load_weights=hybrid.load_weights,
-)
+FAMILY = hybrid_family("qwen3next", ("qwen3_next",), text_prefixes=())
