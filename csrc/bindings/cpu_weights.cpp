@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings/cpu_common.h"
@@ -77,7 +78,13 @@ void bind_layer(py::module_& cpu) {
       .def_readwrite("head_dim", &cpu::LayerWeights::head_dim)
       .def_readwrite("n_kv_heads", &cpu::LayerWeights::n_kv_heads)
       .def_readwrite("shared_kv", &cpu::LayerWeights::shared_kv)
-      .def_readwrite("k_as_v", &cpu::LayerWeights::k_as_v);
+      .def_readwrite("k_as_v", &cpu::LayerWeights::k_as_v)
+      .def_readwrite("attn_gate", &cpu::LayerWeights::attn_gate)
+      .def_readwrite("shexp_gate_up", &cpu::LayerWeights::shexp_gate_up)
+      .def_readwrite("shexp_down", &cpu::LayerWeights::shexp_down)
+      .def_readwrite("ssm_in", &cpu::LayerWeights::ssm_in)
+      .def_readwrite("ssm_out", &cpu::LayerWeights::ssm_out)
+      .def_readwrite("state_index", &cpu::LayerWeights::state_index);
   l.def_property(
       "k_pages", [](const cpu::LayerWeights& w) { return reinterpret_cast<uintptr_t>(w.k_pages); },
       [](cpu::LayerWeights& w, uintptr_t a) { w.k_pages = reinterpret_cast<void*>(a); },
@@ -101,10 +108,39 @@ void bind_layer(py::module_& cpu) {
   address(l, "sinks", &cpu::LayerWeights::sinks, "float32 [n_heads] sink logits; 0: none");
   address(l, "bo", &cpu::LayerWeights::bo, "float32 [dim] output projection bias; 0: none");
   address(l, "router_bias", &cpu::LayerWeights::router_bias, "float32 [n_experts]; 0: none");
+  address(l, "shexp_gate", &cpu::LayerWeights::shexp_gate, "float32 [dim]; 0: no shared expert");
+  address(l, "ssm_conv", &cpu::LayerWeights::ssm_conv, "float32 [conv_dim, kernel]");
+  address(l, "ssm_dt", &cpu::LayerWeights::ssm_dt, "float32 [v_heads] dt bias");
+  address(l, "ssm_a", &cpu::LayerWeights::ssm_a, "float32 [v_heads] -exp(A_log)");
+  address(l, "ssm_norm", &cpu::LayerWeights::ssm_norm, "float32 [v_dim] gated norm");
   addresses(l, "expert_b_gate_up", &cpu::LayerWeights::expert_b_gate_up,
             "float32 [2 * ffn] per expert; empty: none");
   addresses(l, "expert_b_down", &cpu::LayerWeights::expert_b_down,
             "float32 [dim] per expert; empty: none");
+}
+
+void bind_recurrent(py::module_& cpu) {
+  using R = cpu::RecurrentDims;
+  py::class_<R>(cpu, "RecurrentDims", "a Gated DeltaNet layer's shape")
+      .def(py::init<>())
+      .def_readwrite("k_heads", &R::k_heads)
+      .def_readwrite("v_heads", &R::v_heads)
+      .def_readwrite("k_dim", &R::k_dim)
+      .def_readwrite("v_dim", &R::v_dim)
+      .def_readwrite("kernel", &R::kernel)
+      .def_readwrite("tiled", &R::tiled);
+  using S = cpu::RecurrentState;
+  py::class_<S> s(cpu, "RecurrentState", "where the recurrent layers' float32 state lives");
+  s.def(py::init<>())
+      .def_readwrite("n_slots", &S::n_slots)
+      .def_readwrite("snap_depth", &S::snap_depth);
+  for (auto [name, member] :
+       {std::pair{"conv", &S::conv}, std::pair{"delta", &S::delta},
+        std::pair{"snap_conv", &S::snap_conv}, std::pair{"snap_delta", &S::snap_delta}}) {
+    s.def_property(
+        name, [member](const S& self) { return reinterpret_cast<uintptr_t>(self.*member); },
+        [member](S& self, uintptr_t a) { self.*member = reinterpret_cast<float*>(a); });
+  }
 }
 
 void bind_dims(py::module_& cpu) {
@@ -135,7 +171,10 @@ void bind_dims(py::module_& cpu) {
       .def_readwrite("embed_scale", &D::embed_scale)
       .def_readwrite("gelu", &D::gelu)
       .def_readwrite("attn_temp_scale", &D::attn_temp_scale)
-      .def_readwrite("attn_temp_length", &D::attn_temp_length);
+      .def_readwrite("attn_temp_length", &D::attn_temp_length)
+      .def_readwrite("rope_dims", &D::rope_dims)
+      .def_readwrite("shared_ffn", &D::shared_ffn)
+      .def_readwrite("recurrent", &D::recurrent);
 }
 
 void bind_weights(py::module_& cpu) {
@@ -157,6 +196,7 @@ void bind_cpu_weights(py::module_& m) {
   auto cpu = m.attr("cpu").cast<py::module_>();
   bind_quant_weight(cpu);
   bind_layer(cpu);
+  bind_recurrent(cpu);
   bind_dims(cpu);
   bind_weights(cpu);
 }

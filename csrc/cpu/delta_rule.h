@@ -38,7 +38,24 @@ void delta_rule_chunk(const float* q, const float* k, const float* v, const floa
                       const float* beta, float* state, float* out, int64_t tokens, DeltaShape shape,
                       int64_t chunk);
 
-// The per-head step kernels behind delta_rule_step, for tests: scratch holds v_dim floats.
+// One value head over one chunk of c.n tokens, pointers at its first token: q and k qk_stride
+// floats apart token to token, v v_stride, out out_stride, g and beta gb_stride; the state
+// [k_dim, v_dim] is updated in place. scratch: delta_chunk_scratch(n, v_dim) floats. (The
+// forward runs these per (row, head) on its own team; delta_rule_chunk is a row's heads.)
+struct DeltaChunk {
+  const float *q, *k, *v, *g, *beta;
+  float *state, *out;
+  int64_t n, k_dim, v_dim, qk_stride, v_stride, out_stride, gb_stride;
+};
+void delta_rule_chunk_head(const DeltaChunk& c, float* scratch);
+int64_t delta_chunk_scratch(int64_t chunk, int64_t v_dim);
+
+// The per-head step kernels behind delta_rule_step (scratch holds v_dim floats), and the one a
+// path runs.
+using DeltaStepHead = void (*)(const float* q, const float* k, const float* v, float g, float beta,
+                               float* state, float* out, int64_t k_dim, int64_t v_dim,
+                               float* scratch);
+DeltaStepHead delta_step_head_for(CpuPath path);
 void delta_step_head_scalar(const float* q, const float* k, const float* v, float g, float beta,
                             float* state, float* out, int64_t k_dim, int64_t v_dim, float* scratch);
 void delta_step_head_avx512(const float* q, const float* k, const float* v, float g, float beta,

@@ -11,9 +11,7 @@
 
 namespace met::cpu {
 
-void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
-                                   int64_t n_tokens) {
-  const LlamaDims& d = dims_;
+void LlamaForward::mixer_input(const LayerWeights& w, int64_t layer, int64_t n_tokens) {
   const detail::QuantActs acts = quant_acts();
   const LayerWeights* prev = layer > 0 ? &w_.layers[static_cast<size_t>(layer - 1)] : nullptr;
   const float* post_mlp = prev != nullptr ? prev->post_mlp_norm : nullptr;
@@ -26,6 +24,12 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
     residual_norm_row(t, w.attn_norm, layer > 0, post_mlp, acts, prev_scale);
   }
   barrier_.wait();
+}
+
+void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
+                                   int64_t n_tokens) {
+  const LlamaDims& d = dims_;
+  const detail::QuantActs acts = quant_acts();
   matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, w.wqkv.n, d.dim, w.wqkv.q, isa_);
   barrier_.wait();
   rope_and_store(w, layer, n_tokens);
@@ -46,10 +50,19 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
   barrier_.wait();
 
   const int64_t q_width = d.n_heads * hd;
+  // A gated layer's gate rows follow Q's, K's and V's in its projection.
+  const int64_t gate_at = q_width + 2 * kv_heads_of(w) * hd;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-  for (int64_t t = 0; t < n_tokens; ++t) quantize_act_row(attn_.data(), q_width, t, acts, isa_);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    if (w.attn_gate) {
+      float* out = attn_.data() + t * q_width;
+      const float* gate = qkv_.data() + t * w.wqkv.n + gate_at;
+      for (int64_t i = 0; i < q_width; ++i) out[i] = out[i] * sigmoid(gate[i]);
+    }
+    quantize_act_row(attn_.data(), q_width, t, acts, isa_);
+  }
   barrier_.wait();
   matmul_acts_team(acts, w.wo.data, delta_.data(), n_tokens, d.dim, q_width, w.wo.q, isa_);
   barrier_.wait();
@@ -90,10 +103,14 @@ void LlamaForward::rope_and_store(const LayerWeights& w, int64_t layer, int64_t 
     }
     qk_norms(w, qkv, n_kv);
     if (!w.no_rope) {
-      const int64_t row = static_cast<int64_t>(positions_[t]) * (hd / 2);
+      // A layer's own tables span its heads; the model's may rotate only the first rope_dims.
+      const int64_t rotated = w.rope_cos != nullptr || d.rope_dims == 0 ? hd : d.rope_dims;
+      const int64_t row = static_cast<int64_t>(positions_[t]) * (rotated / 2);
       const float* cos = (w.rope_cos != nullptr ? w.rope_cos : w_.rope_cos) + row;
       const float* sin = (w.rope_sin != nullptr ? w.rope_sin : w_.rope_sin) + row;
-      for (int64_t h = 0; h < d.n_heads + n_kv; ++h) rope_rotate_half(qkv + h * hd, cos, sin, hd);
+      for (int64_t h = 0; h < d.n_heads + n_kv; ++h) {
+        rope_rotate_half(qkv + h * hd, cos, sin, rotated);
+      }
     }
     float* q = q_.data() + t * q_width;
     std::memcpy(q, qkv, sizeof(float) * q_width);

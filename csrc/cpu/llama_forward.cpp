@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "cpu/delta_rule.h"
 #include "cpu/ops.h"
 #include "cpu/quant_matmul_internal.h"
 
@@ -24,13 +25,13 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("LlamaForward: " + what);
 }
 
-void check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) {
+}  // namespace
+
+void detail::check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) {
   require(w.data != nullptr && w.n == n && w.k == k && k % block_elements(w.q) == 0,
           std::string(name) + " must be [" + std::to_string(n) + ", " + std::to_string(k) +
               "] in GGUF blocks, got [" + std::to_string(w.n) + ", " + std::to_string(w.k) + "]");
 }
-
-}  // namespace
 
 LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_cache,
                            void* v_cache, int n_threads)
@@ -42,8 +43,8 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   require(d.max_positions > 0 && d.num_blocks > 0 && d.block_size > 0, "empty RoPE table or pool");
   require(static_cast<int64_t>(w_.layers.size()) == d.n_layers, "one LayerWeights per layer");
   require(w_.embed.data != nullptr || w_.embed_dense != nullptr, "no embedding");
-  if (w_.embed.data != nullptr) check_weight(w_.embed, d.vocab, d.dim, "embed");
-  check_weight(w_.lm_head, d.vocab, d.dim, "lm_head");
+  if (w_.embed.data != nullptr) detail::check_weight(w_.embed, d.vocab, d.dim, "embed");
+  detail::check_weight(w_.lm_head, d.vocab, d.dim, "lm_head");
   require(w_.norm && w_.rope_cos && w_.rope_sin && k_cache && v_cache, "null pointer");
   qkv_width_ = 0;
   max_q_width_ = 0;
@@ -52,11 +53,25 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
           "experts used per token must be 1..n_experts");
   require(d.attn_temp_scale == 0.0 || d.attn_temp_length > 0,
           "query temperature needs a positive length");
+  max_k_ = std::max({d.dim, d.ffn, d.shared_ffn});
+  int64_t n_recurrent = 0;
   for (const LayerWeights& l : w_.layers) {
-    require(l.mixer == Mixer::kAttention, "recurrent layers are not implemented here");
     require((l.attn_norm != nullptr) == (l.mlp_norm != nullptr), "one pre-norm weight is null");
     require(l.attn_norm != nullptr || (l.post_attn_norm && l.post_mlp_norm),
             "a layer without pre-norms needs post norms");
+    if (l.mlp == Mlp::kMoe) {
+      check_experts(l);
+    } else {
+      detail::check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
+      detail::check_weight(l.w_down, d.dim, d.ffn, "w_down");
+    }
+    if (l.mixer == Mixer::kRecurrent) {
+      require(l.state_index == n_recurrent++, "recurrent layers index the state in layer order");
+      check_recurrent(l);
+      has_recurrent_ = true;
+      max_k_ = std::max(max_k_, d.recurrent.value_width());
+      continue;
+    }
     require(l.window >= 0, "a layer's window must be >= 0");
     const int64_t hd = head_dim_of(l);
     const int64_t n_kv = kv_heads_of(l);
@@ -67,21 +82,18 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
     require(!l.shared_kv || (l.k_pages && l.v_pages), "a shared-KV layer needs its source's pages");
     require((l.k_pages == nullptr) == (l.v_pages == nullptr), "one of a layer's pages is null");
     require(!l.shared_kv || l.bqkv == nullptr, "a shared-KV layer has no K/V biases");
+    require(!l.attn_gate || !l.shared_kv, "a gated attention layer projects its own K/V");
+    require(d.rope_dims % 2 == 0 && d.rope_dims <= d.head_dim, "rope_dims: even, <= head_dim");
     const int64_t q_width = d.n_heads * hd;
     const int64_t kv_rows = l.shared_kv ? 0 : (l.k_as_v ? 1 : 2) * n_kv * hd;
-    check_weight(l.wqkv, q_width + kv_rows, d.dim, "wqkv");
-    check_weight(l.wo, d.dim, q_width, "wo");
-    qkv_width_ = std::max(qkv_width_, q_width + kv_rows);
+    const int64_t rows = q_width + kv_rows + (l.attn_gate ? q_width : 0);
+    detail::check_weight(l.wqkv, rows, d.dim, "wqkv");
+    detail::check_weight(l.wo, d.dim, q_width, "wo");
+    qkv_width_ = std::max(qkv_width_, rows);
     max_q_width_ = std::max(max_q_width_, q_width);
     max_kv_width_ = std::max(max_kv_width_, n_kv * hd);
-    if (l.mlp == Mlp::kMoe) {
-      check_experts(l);
-      continue;
-    }
-    check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
-    check_weight(l.w_down, d.dim, d.ffn, "w_down");
   }
-  max_k_ = std::max({d.dim, max_q_width_, d.ffn});
+  max_k_ = std::max(max_k_, max_q_width_);
 #ifdef _OPENMP
   n_threads_ = n_threads > 0 ? n_threads : omp_get_max_threads();
 #else
@@ -91,6 +103,10 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   path_ = active_path();
   isa_ = isa_for(path_);
   attend_ = detail::attention_item_for(path_);
+  if (has_recurrent_) {
+    ssm_scratch_stride_ = delta_chunk_scratch(kDeltaChunk, d.recurrent.v_dim);
+    ssm_scratch_.resize(static_cast<size_t>(n_threads_ * ssm_scratch_stride_));
+  }
 }
 
 void LlamaForward::plan(const ForwardBatch& batch) {
@@ -126,6 +142,7 @@ void LlamaForward::plan(const ForwardBatch& batch) {
     require(batch.logits_rows[i] >= 0 && batch.logits_rows[i] < n_tokens,
             "logits row out of range");
   }
+  if (has_recurrent_) plan_recurrent(batch);
 }
 
 void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
@@ -143,8 +160,17 @@ void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
   grow(q_, t * max_q_width_);
   grow(attn_, t * max_q_width_);
   grow(v_, n_tokens * max_kv_width_);
-  grow(gate_up_, mlp_rows * 2 * d.ffn);
-  grow(act_, mlp_rows * d.ffn);
+  grow(gate_up_, std::max(mlp_rows * 2 * d.ffn, n_tokens * 2 * d.shared_ffn));
+  grow(act_, std::max(mlp_rows * d.ffn, n_tokens * d.shared_ffn));
+  if (d.shared_ffn > 0) grow(shexp_out_, n_tokens * d.dim);
+  if (has_recurrent_) {
+    const RecurrentDims& r = d.recurrent;
+    grow(ssm_proj_, n_tokens * (r.conv_dim() + r.value_width() + 2 * r.v_heads));
+    grow(ssm_mixed_, n_tokens * r.conv_dim());
+    grow(ssm_g_, n_tokens * r.v_heads);
+    grow(ssm_beta_, n_tokens * r.v_heads);
+    grow(ssm_o_, n_tokens * r.value_width());
+  }
   if (d.n_experts > 0) {
     grow(expert_out_, mlp_rows * d.dim);
     grow(pair_expert_, mlp_rows);
@@ -168,6 +194,7 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
   if (n_tokens == 0) return;
   ensure_scratch(n_tokens, batch.n_logits);
   argmax_.resize(static_cast<size_t>(batch.n_logits));
+  if (has_recurrent_) reset_new_rows(batch);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(n_threads_)
 #endif
@@ -181,7 +208,15 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
     barrier_.wait();
     for (int64_t layer = 0; layer < dims_.n_layers; ++layer) {
       const LayerWeights& w = w_.layers[static_cast<size_t>(layer)];
-      attention_block(w, batch, layer, n_tokens);
+      mixer_input(w, layer, n_tokens);
+      switch (w.mixer) {
+        case Mixer::kRecurrent:
+          recurrent_block(w, batch, n_tokens);
+          break;
+        case Mixer::kAttention:
+          attention_block(w, batch, layer, n_tokens);
+          break;
+      }
       switch (w.mlp) {
         case Mlp::kMoe:
           moe_block(w, n_tokens);

@@ -1,6 +1,8 @@
-// Owns: one packed forward of a decoder (each layer as python/met/model/families plans it: window,
-//   RoPE or none, Q/K norms per head or over the projection, pre/post/sandwich norms, dense or
-//   mixture-of-experts MLP) on the CPU with the linear weights kept in GGUF blocks: the
+// Owns: one packed forward of a decoder (each layer as python/met/model/families plans it:
+//   attention or a Gated DeltaNet recurrent mixer (deltanet_forward.cpp), window, RoPE full,
+//   partial or none, Q/K norms per head or over the projection, a gated attention output,
+//   pre/post/sandwich norms, dense or mixture-of-experts MLP with an optional shared expert) on
+//   the CPU with the linear weights kept in GGUF blocks: the
 //   whole layer loop runs in C++ inside one OpenMP team, so a decode step costs no per-op trip
 //   through Python.
 // Called by: csrc/bindings/cpu_model.cpp and cpu_weights.cpp (python/met/model/cpu_llama.py),
@@ -8,7 +10,10 @@
 // Invariants: every stage is per token (RMSNorm, RoPE, SiLU, the activation quantization, the
 //   quantized matmul's rows, paged attention's per-query order), so a token's logits are bitwise
 //   the same whatever else is in the batch, whichever chunk of its prompt it came in and however
-//   many threads run. The caller owns the weights and the KV pool and keeps them alive.
+//   many threads run. A recurrent layer's prefill runs its rule in chunks aligned to absolute
+//   positions (multiples of kDeltaChunk), so a prompt split at such multiples gives the same
+//   bits; a decode or verify token takes the one-token step (not the chunk form's rounding).
+//   The caller owns the weights, the KV pool and the recurrent state and keeps them alive.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +36,13 @@ struct QuantWeight {
 
 // What a layer's token mixer and MLP are (python/met/model/families/spec.py's LayerSpec); the
 // forward runs each layer by these, so a stack may mix kinds.
-enum class Mixer : uint8_t { kAttention, kRecurrent };  // recurrent: refused until implemented
+enum class Mixer : uint8_t { kAttention, kRecurrent };  // recurrent: Gated DeltaNet
 enum class Mlp : uint8_t { kDense, kMoe };
+
+namespace detail {
+// Throws std::invalid_argument unless w is [n, k] in GGUF blocks.
+void check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name);
+}  // namespace detail
 
 struct LayerWeights {
   Mixer mixer = Mixer::kAttention;
@@ -93,7 +103,55 @@ struct LayerWeights {
   bool k_as_v = false;
   const float* v_norm = nullptr;
   const float* out_scale = nullptr;
+  // Qwen3.5 / Qwen3-Next. attn_gate: wqkv's rows end with a gate [n_heads * head_dim], the
+  // attention output times its sigmoid. A shared expert beside the routed ones (mlp kMoe):
+  // its gate/up [2 * shared_ffn, dim] and down [dim, shared_ffn], added times
+  // sigmoid(shexp_gate . h) (shexp_gate float32 [dim]).
+  bool attn_gate = false;
+  QuantWeight shexp_gate_up;
+  QuantWeight shexp_down;
+  const float* shexp_gate = nullptr;
+  // A Gated DeltaNet layer (mixer kRecurrent, shape LlamaDims::recurrent; attn_norm is its
+  // input norm): ssm_in's rows are the q, k, v channels (conv_dim), z (value_width), beta and
+  // alpha (v_heads each); the conv [conv_dim, kernel], dt bias and A = -exp(A_log) [v_heads],
+  // the gated norm [v_dim]; ssm_out [dim, value_width]. state_index: its place among the
+  // recurrent layers in RecurrentState.
+  QuantWeight ssm_in;
+  const float* ssm_conv = nullptr;
+  const float* ssm_dt = nullptr;
+  const float* ssm_a = nullptr;
+  const float* ssm_norm = nullptr;
+  QuantWeight ssm_out;
+  int64_t state_index = 0;
 };
+
+// A Gated DeltaNet layer's shape (python/met/model/config.py RecurrentShape): value head j reads
+// key head j % k_heads when tiled (llama.cpp's layout), else j / (v_heads / k_heads).
+struct RecurrentDims {
+  int64_t k_heads = 0;
+  int64_t v_heads = 0;
+  int64_t k_dim = 0;
+  int64_t v_dim = 0;
+  int64_t kernel = 0;
+  bool tiled = false;
+  int64_t conv_dim() const { return 2 * k_heads * k_dim + v_heads * v_dim; }
+  int64_t value_width() const { return v_heads * v_dim; }
+};
+
+// The recurrent layers' state per sequence slot (python/met/model/deltanet.py RecurrentState,
+// float32): conv [layers, slots, conv_dim, kernel - 1], delta [layers, slots, v_heads, k_dim,
+// v_dim]; a verify row's state after each of its tokens in snap_conv / snap_delta [layers,
+// slots, snap_depth, ...] (null, depth 0: none kept yet).
+struct RecurrentState {
+  float* conv = nullptr;
+  float* delta = nullptr;
+  float* snap_conv = nullptr;
+  float* snap_delta = nullptr;
+  int64_t n_slots = 0;
+  int64_t snap_depth = 0;
+};
+
+constexpr int64_t kDeltaChunk = 64;  // tokens per chunk of a recurrent layer's prefill
 
 struct LlamaDims {
   int64_t dim = 0;
@@ -131,6 +189,11 @@ struct LlamaDims {
   // 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_length)); 0: none.
   double attn_temp_scale = 0.0;
   int64_t attn_temp_length = 0;
+  // Partial RoPE (Qwen3.5): the first rope_dims of each head rotate (the model's tables are
+  // [max_positions, rope_dims / 2]); 0: all of them.
+  int64_t rope_dims = 0;
+  int64_t shared_ffn = 0;   // the shared expert's width (LayerWeights::shexp_*)
+  RecurrentDims recurrent;  // the Gated DeltaNet layers' shape (all zero: none)
 };
 
 struct LlamaWeights {
@@ -150,6 +213,11 @@ struct ForwardBatch {
   AttnRows rows{};
   const int64_t* logits_rows = nullptr;  // packed tokens whose logits are wanted
   int64_t n_logits = 0;
+  // With recurrent layers: each row's state slot (distinct; a row starting at position 0 starts
+  // from a zeroed state) and, null or 0 for none, which rows verify drafts (their state after
+  // each token is kept in RecurrentState's snapshots).
+  const int32_t* state_slots = nullptr;
+  const uint8_t* verify = nullptr;
 };
 
 class LlamaForward {
@@ -166,6 +234,10 @@ class LlamaForward {
   // std::invalid_argument (before touching anything) on a token id, position, block id or
   // logits row out of range.
   void forward(const ForwardBatch& batch, float* logits);
+
+  // Where the recurrent layers' state lives (the model must have recurrent layers); set again
+  // whenever the snapshots are reallocated.
+  void set_recurrent_state(const RecurrentState& state);
 
   // Greedy tokens of the last forward's logits rows (torch.argmax's choice: the first maximum,
   // or the first NaN), found while the rows are still in cache.
@@ -186,6 +258,20 @@ class LlamaForward {
   void embed(const ForwardBatch& batch, int64_t n_tokens);
   void attention_block(const LayerWeights& w, const ForwardBatch& batch, int64_t layer,
                        int64_t n_tokens);
+  // The residual stream into a mixer: the previous layer's output added, normed, quantized.
+  void mixer_input(const LayerWeights& w, int64_t layer, int64_t n_tokens);
+  // A Gated DeltaNet layer (deltanet_forward.cpp): projection, causal conv, the delta rule per
+  // (row, value head), gated norm and output projection into delta_.
+  void recurrent_block(const LayerWeights& w, const ForwardBatch& batch, int64_t n_tokens);
+  void check_recurrent(const LayerWeights& l) const;
+  void plan_recurrent(const ForwardBatch& batch);
+  void reset_new_rows(const ForwardBatch& batch);
+  void conv_channels(const LayerWeights& w, const ForwardBatch& batch);
+  void delta_inputs(const LayerWeights& w, int64_t n_tokens);
+  void delta_items(const LayerWeights& w, const ForwardBatch& batch);
+  void gated_output(const LayerWeights& w, int64_t n_tokens);
+  // The shared expert of a MoE layer, into shexp_out_ (moe_forward.cpp).
+  void shared_expert(const LayerWeights& w, int64_t n_tokens);
   void mlp_block(const LayerWeights& w, int64_t n_tokens);
   // The MoE MLP (moe_forward.cpp): route each token, group the (token, expert) pairs by expert,
   // run each expert's matmuls over its rows, and sum each token's k outputs into delta_.
@@ -243,6 +329,14 @@ class LlamaForward {
   std::vector<int32_t> pair_expert_, pair_row_, row_token_;
   std::vector<float> pair_weight_, router_logits_, expert_out_;
   std::vector<int64_t> expert_start_, expert_next_;
+  std::vector<float> shexp_out_;
+  // Recurrent layers: their state, the projection [tokens, conv_dim + value_width + 2 v_heads],
+  // the conv output (q, k normalized in place) [tokens, conv_dim], g and beta [tokens, v_heads]
+  // each, the rule's output [tokens, value_width], per-thread scratch of the chunk form.
+  RecurrentState state_;
+  bool has_recurrent_ = false;
+  std::vector<float> ssm_proj_, ssm_mixed_, ssm_g_, ssm_beta_, ssm_o_, ssm_scratch_;
+  int64_t ssm_scratch_stride_ = 0;
 };
 
 }  // namespace met::cpu

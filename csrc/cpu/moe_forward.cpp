@@ -66,6 +66,11 @@ void LlamaForward::check_experts(const LayerWeights& l) const {
       fail("expert " + std::to_string(e) + "'s biases are null");
     }
   }
+  if (l.shexp_gate != nullptr) {
+    if (d.shared_ffn <= 0) fail("a shared expert needs shared_ffn > 0");
+    detail::check_weight(l.shexp_gate_up, 2 * d.shared_ffn, d.dim, "shexp_gate_up");
+    detail::check_weight(l.shexp_down, d.dim, d.shared_ffn, "shexp_down");
+  }
   for (int64_t e = 0; e < d.n_experts; ++e) {
     const QuantWeight& gu = l.expert_gate_up[static_cast<size_t>(e)];
     const QuantWeight& down = l.expert_down[static_cast<size_t>(e)];
@@ -216,6 +221,7 @@ void LlamaForward::moe_block(const LayerWeights& w, int64_t n_tokens) {
                      rows, d.dim, d.ffn, down.q, isa_);
   }
   barrier_.wait();
+  if (w.shexp_gate != nullptr) shared_expert(w, n_tokens);
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
@@ -233,7 +239,39 @@ void LlamaForward::moe_block(const LayerWeights& w, int64_t n_tokens) {
       const float* bias = w.expert_b_down[static_cast<size_t>(pair_expert_[t * k + j])];
       for (int64_t i = 0; i < d.dim; ++i) out[i] += weight * (y[i] + bias[i]);
     }
+    if (w.shexp_gate == nullptr) continue;
+    // After the routed experts, as the torch forward adds it.
+    const float gate = sigmoid(dot(h_.data() + t * d.dim, w.shexp_gate, d.dim));
+    const float* shared = shexp_out_.data() + t * d.dim;
+    for (int64_t i = 0; i < d.dim; ++i) out[i] += gate * shared[i];
   }
+  barrier_.wait();
+}
+
+void LlamaForward::shared_expert(const LayerWeights& w, int64_t n_tokens) {
+  // Every token's normed row (h_, still whole) through one dense SiLU-gated MLP.
+  const LlamaDims& d = dims_;
+  const int64_t f = d.shared_ffn;
+  const detail::QuantActs acts = quant_acts();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) quantize_act_row(h_.data(), d.dim, t, acts, isa_);
+  barrier_.wait();
+  matmul_acts_team(acts, w.shexp_gate_up.data, gate_up_.data(), n_tokens, 2 * f, d.dim,
+                   w.shexp_gate_up.q, isa_);
+  barrier_.wait();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* gate = gate_up_.data() + t * 2 * f;
+    silu_mul_row(gate, gate + f, act_.data() + t * f, f);
+    quantize_act_row(act_.data(), f, t, acts, isa_);
+  }
+  barrier_.wait();
+  matmul_acts_team(acts, w.shexp_down.data, shexp_out_.data(), n_tokens, d.dim, f, w.shexp_down.q,
+                   isa_);
   barrier_.wait();
 }
 

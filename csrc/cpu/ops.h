@@ -6,6 +6,7 @@
 //   token's activations are bitwise the same whatever batch it runs in.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace met::cpu {
@@ -28,6 +29,12 @@ void clamped_swiglu_row(const float* gate, const float* up, float* out, int64_t 
 // out[i] = gelu(gate[i]) * up[i] with GeLU's tanh approximation (Gemma's MLP, PyTorch's
 // approximate="tanh"). out may alias gate.
 void gelu_tanh_mul_row(const float* gate, const float* up, float* out, int64_t n);
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }  // silu_mul_row's rounding
+
+// torch's softplus (beta 1, threshold 20): x itself above 20, else log(1 + e^x).
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // x[i] = cap * tanh(x[i] / cap) in place (Gemma's logit soft-capping).
 void softcap_row(float* x, float cap, int64_t n);

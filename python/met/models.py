@@ -229,10 +229,7 @@ def load_model(
 
 def _blocks_refused(config: ModelConfig) -> bool:
     """Whether GGUF blocks cannot be kept: the C++ forward, which they are kept for, refuses the
-    model; but a hybrid model (recurrent layers) keeps them for the torch forward, which runs them
-    through met's quantized matmul (its weights would take 4-8x the memory dequantized)."""
-    if any(spec.mixer == "recurrent" for spec in config.layer_specs()):
-        return False
+    model."""
     return refusal(config, "cpu") is not None
 
 

@@ -210,8 +210,8 @@ def test_bad_rows_raise_value_error_and_the_model_keeps_working() -> None:
 
 
 def test_layers_cross_as_typed_structs_of_their_kind() -> None:
-    # What CpuLlama hands the C++ forward: bound structs, a layer's kind as enums, so a layer the
-    # forward has no kernel for is refused by the forward itself, by name.
+    # What CpuLlama hands the C++ forward: bound structs, a layer's kind as enums, so a layer of
+    # a kind whose parts are missing is refused by the forward itself, by name.
     model = quant_model()
     runner = PagedRunner(model, num_blocks=8, block_size=4)
     impl = CpuLlama(model, runner.cache)._impl
@@ -230,7 +230,7 @@ def test_layers_cross_as_typed_structs_of_their_kind() -> None:
     weights.layers = layers
     dims = _dims(model, runner.cache, cos.shape[0])
     pool = runner.cache.k.data_ptr(), runner.cache.v.data_ptr()
-    with pytest.raises(ValueError, match="recurrent layers are not implemented"):
+    with pytest.raises(ValueError, match="recurrent layers need positive heads"):
         _core.cpu.LlamaForward(dims, weights, *pool)
 
 

@@ -198,8 +198,10 @@ class TorchBackend(_core.Backend):
                 self._greedy = None
             elif self._forward_rows is not None:
                 starts = [row.start for row in rows]
+                # A hybrid's rows carry their recurrent state slots.
+                slots = [] if self._state is None else [[row.seq.slot for row in rows]]
                 self._logits, self._greedy = self._forward_rows(
-                    [row.tokens for row in rows], starts, tables
+                    [row.tokens for row in rows], starts, tables, *slots
                 )
             else:
                 self._logits = self._run_model(self._pack(rows, tables))

@@ -91,7 +91,7 @@ FEATURES = (
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
     "torch": frozenset(FEATURES),
-    "cpu": frozenset(FEATURES) - {RECURRENT, ATTN_GATE, PARTIAL_ROPE, SHARED_EXPERT, *_NOT_ON_CPU},
+    "cpu": frozenset(FEATURES) - set(_NOT_ON_CPU),
     "cuda": frozenset(),
 }
 
@@ -201,11 +201,15 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
     linears = [model.lm_head]
     for layer in model.layers:
         linears += [layer[n] for n in ("wqkv", "wo", "w_gate_up", "w_down") if n in layer]
+        if "deltanet" in layer:
+            linears += [layer["deltanet"].w_in, layer["deltanet"].w_out]
         moe = layer.get("moe")
         if moe is not None and len(moe.experts) != moe.n_experts:
             return "expert parallelism runs the torch forward"
         if moe is not None:
             linears += [w for pair in moe.experts.values() for w in pair]
+        if moe is not None and moe.shared is not None:
+            linears += list(moe.shared[1])
     if not all(isinstance(w, QuantLinear) for w in linears):
         return "some linear weights are not GGUF blocks the C++ kernels read"
     return None

@@ -15,6 +15,7 @@ from torch import Tensor
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
+from met.model.deltanet import DeltaNetLayer, RecurrentState
 from met.model.families.spec import LayerSpec
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import IntArray, LlamaModel
@@ -65,6 +66,7 @@ class CpuLlama:
             raise ValueError(f"CpuLlama: {reason}")
         self.model, self.cache = model, cache
         self.config, self.device, self.dtype = model.config, model.device, model.dtype
+        self.recurrent_layers = model.recurrent_layers
         self._cos, self._sin = _dense_table(model.cos), _dense_table(model.sin)
         local = None  # Gemma 3's sliding layers' own tables
         if model.local_cos is not None:
@@ -81,7 +83,11 @@ class CpuLlama:
         self._keep: list[Tensor] = []  # tables and weights made here, alive as long as _impl
         layers = []
         for i, (layer, spec) in enumerate(zip(model.layers, model.specs, strict=True)):
+            if "deltanet" in layer:
+                layers.append(self._recurrent(layer, spec))
+                continue
             out = _layer(layer, spec, local if spec.rope == "local" else None)
+            self._shared_expert(layer, out)
             self._own_shape(i, layer, spec, out)  # last: a layer's own RoPE width wins
             layers.append(out)
         weights.layers = layers
@@ -92,6 +98,48 @@ class CpuLlama:
             _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
         )
+        self._snapshots = 0  # the address of the snapshots the C++ forward was given
+        if cache.state is not None:
+            self._point_at_state()
+
+    def _recurrent(self, layer: dict, spec: LayerSpec) -> _core.cpu.LayerWeights:
+        """A Gated DeltaNet layer (model/deltanet.py's DeltaNetLayer) and its MLP."""
+        mixer: DeltaNetLayer = layer["deltanet"]
+        out = _mlp(layer, _core.cpu.LayerWeights())
+        out.mixer = _core.cpu.Mixer.recurrent
+        out.attn_norm, out.mlp_norm = _address(layer["attn_norm"]), _address(layer["mlp_norm"])
+        out.ssm_in, out.ssm_out = _weight(mixer.w_in), _weight(mixer.w_out)
+        tensors = [mixer.conv, mixer.dt_bias, mixer.decay, mixer.norm]
+        self._keep += [t.float().contiguous() for t in tensors]
+        out.ssm_conv, out.ssm_dt, out.ssm_a, out.ssm_norm = (t.data_ptr() for t in self._keep[-4:])
+        out.state_index = mixer.index
+        self._shared_expert(layer, out)
+        return out
+
+    def _shared_expert(self, layer: dict, out: _core.cpu.LayerWeights) -> None:
+        """A MoE layer's sigmoid-gated shared expert (Qwen3.5-MoE, Qwen3-Next), if it has one."""
+        moe: MoeBlock | None = layer.get("moe")
+        if moe is None or moe.shared is None:
+            return
+        gate, (gate_up, down) = moe.shared
+        dense_gate = gate.dequantize() if isinstance(gate, QuantLinear) else gate
+        self._keep.append(dense_gate.float().reshape(-1).contiguous())
+        out.shexp_gate = self._keep[-1].data_ptr()
+        out.shexp_gate_up, out.shexp_down = _weight(gate_up), _weight(down)
+
+    def _point_at_state(self) -> None:
+        """Tells the C++ forward where the recurrent state and its snapshots live (again after
+        RecurrentState.keep_snapshots reallocates them)."""
+        state, pools = self.cache.state, _core.cpu.RecurrentState()
+        for name in ("conv", "delta"):
+            setattr(pools, name, _address(getattr(state, name)))
+        pools.n_slots = state.n_slots
+        if state.snap_conv is not None:
+            pools.snap_conv = _address(state.snap_conv)
+            pools.snap_delta = _address(state.snap_delta)
+            pools.snap_depth = state.snap_conv.shape[2]
+        self._snapshots = _snapshot_address(state)
+        self._impl.set_recurrent_state(pools)
 
     def _own_shape(self, i: int, layer: dict, spec: LayerSpec, out: _core.cpu.LayerWeights) -> None:
         """Gemma 4's per-layer parts: widths, pages, RoPE tables, V and the output scale."""
@@ -134,6 +182,8 @@ class CpuLlama:
         seq_lens: IntArray,
         cu_seqlens: IntArray,
         logits_rows: IntArray,
+        state_slots: IntArray | None = None,
+        verify_rows: IntArray | None = None,
     ) -> Tensor:
         """LlamaModel.forward's arguments and result; positions and slots follow from the block
         tables, seq_lens and cu_seqlens, so the first two are not read again."""
@@ -149,6 +199,7 @@ class CpuLlama:
         if int(cu[-1]) != ids.numel():
             raise ValueError("cu_seqlens must end at the number of packed tokens")
         logits = torch.empty(rows.numel(), self.config.vocab, dtype=torch.float32)
+        slots, verify = self._state_rows(state_slots, verify_rows, cu)
         self._impl.forward(
             ids.data_ptr(),
             lens.numel(),
@@ -159,20 +210,47 @@ class CpuLlama:
             rows.data_ptr(),
             rows.numel(),
             logits.data_ptr(),
+            0 if slots is None else slots.data_ptr(),
+            0 if verify is None else verify.data_ptr(),
         )
         return logits
 
     __call__ = forward
 
+    def _state_rows(
+        self, state_slots: IntArray | None, verify_rows: IntArray | None, cu: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The rows' state slots and verify flags as the C++ forward reads them; room for a
+        snapshot of each verify row's every token first (model/deltanet.py plan_rows)."""
+        if self.cache.state is None:
+            return None, None
+        if state_slots is None:
+            raise ValueError("a model with recurrent layers needs state_slots")
+        slots = _dense(state_slots, torch.int32)
+        if verify_rows is None:
+            return slots, None
+        verify = _dense(verify_rows, torch.uint8)
+        lengths = (cu[1:] - cu[:-1])[verify.bool()]
+        if lengths.numel():
+            self.cache.state.keep_snapshots(int(lengths.max()))
+            if self._snapshots != _snapshot_address(self.cache.state):
+                self._point_at_state()
+        return slots, verify
+
     def forward_rows(
-        self, tokens: list[list[int]], starts: list[int], tables: list[list[int]]
+        self,
+        tokens: list[list[int]],
+        starts: list[int],
+        tables: list[list[int]],
+        state_slots: list[int] | None = None,
     ) -> tuple[Tensor, list[int]]:
         """Logits [rows, vocab] of each row's last token and each row's argmax (torch.argmax's
-        pick); a row is its new tokens, the position of the first and its block table. The
-        backend's path: packing and the greedy pick happen in C++, so a step creates one torch
-        tensor."""
+        pick); a row is its new tokens, the position of the first and its block table (and,
+        with recurrent layers, its state slot). The backend's path: packing and the greedy pick
+        happen in C++, so a step creates one torch tensor."""
         logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
-        greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr())
+        slots = state_slots or []
+        greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr(), slots)
         return logits, greedy
 
 
@@ -192,6 +270,12 @@ def _dims(model: LlamaModel, cache: PagedKvCache, max_positions: int) -> _core.c
     d.moe_topk_softmax = any(s.router == "topk_softmax" for s in model.specs)
     if c.activation == "swiglu_clamped":
         d.swiglu_limit, d.swiglu_alpha = c.swiglu_limit, c.swiglu_alpha
+    d.rope_dims, d.shared_ffn = c.rope_dims or 0, c.shared_ffn or 0
+    if c.recurrent is not None:
+        r, shape = d.recurrent, c.recurrent
+        r.k_heads, r.v_heads, r.kernel = shape.k_heads, shape.v_heads, shape.kernel
+        r.k_dim, r.v_dim, r.tiled = shape.k_dim, shape.v_dim, shape.tiled
+        d.recurrent = r  # pybind11 hands out a copy of the member
     return d
 
 
@@ -207,8 +291,14 @@ def _layer(
     out.window = spec.window or 0
     out.qk_norm_full = spec.qk_norm == "full"
     out.no_rope = spec.rope == "none"
+    out.attn_gate = spec.attn_gate
     if rope is not None:
         out.rope_cos, out.rope_sin = _address(rope[0]), _address(rope[1])
+    return _mlp(layer, out)
+
+
+def _mlp(layer: dict, out: _core.cpu.LayerWeights) -> _core.cpu.LayerWeights:
+    """A layer's MLP, dense or its routed experts, into `out`."""
     moe: MoeBlock | None = layer.get("moe")
     if moe is None:
         out.mlp = _core.cpu.Mlp.dense
@@ -225,6 +315,10 @@ def _layer(
         out.expert_b_gate_up = [_address(gate_up) for gate_up, _ in biases]
         out.expert_b_down = [_address(down) for _, down in biases]
     return out
+
+
+def _snapshot_address(state: RecurrentState) -> int:
+    return 0 if state.snap_conv is None else state.snap_conv.data_ptr()
 
 
 def _dense_table(table: Tensor) -> Tensor:

@@ -1,0 +1,278 @@
+// The CPU model's Gated DeltaNet mixer (LlamaForward::recurrent_block, see llama_forward.h), the
+// recurrent layers of Qwen3.5 / Qwen3.6 and Qwen3-Next, as python/met/model/deltanet.py defines
+// them: one projection into the q, k, v channels, the output gate z and per value head beta and
+// alpha; a causal depthwise conv (kernel taps, SiLU) over the q, k, v channels continuing from
+// the slot's last inputs; q and k L2-normalized per key head (q scaled by k_dim^-1/2); the gated
+// delta rule per value head (delta_rule.h); RMSNorm(o) * silu(z) per head; the output projection.
+//
+// Every stage keeps a token's result independent of the rest of the batch: the conv runs each
+// channel over each row's own tokens in order, the rule each (row, value head) on its own state,
+// and the norms per token, so the forward's batch invariance holds.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/delta_rule.h"
+#include "cpu/llama_forward.h"
+#include "cpu/ops.h"
+#include "cpu/quant_matmul_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace met::cpu {
+
+namespace {
+
+constexpr float kL2Eps = 1e-6f;  // transformers' and flash-linear-attention's l2norm epsilon
+
+void fail(const std::string& what) { throw std::invalid_argument("LlamaForward: " + what); }
+
+// x / sqrt(sum(x^2) + eps) * scale in place, the sum in one fixed order (eight partial sums).
+void l2_normalize(float* x, int64_t n, float scale) {
+  float partial[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) partial[j] += x[i + j] * x[i + j];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += x[i] * x[i];
+  for (int j = 0; j < 8; ++j) sum += partial[j];
+  const float inv = 1.0f / std::sqrt(sum + kL2Eps);
+  for (int64_t j = 0; j < n; ++j) x[j] = x[j] * inv * scale;
+}
+
+int thread_id() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+void LlamaForward::check_recurrent(const LayerWeights& l) const {
+  const RecurrentDims& r = dims_.recurrent;
+  if (r.k_heads <= 0 || r.v_heads <= 0 || r.k_dim <= 0 || r.v_dim <= 0 || r.kernel < 2 ||
+      r.v_heads % r.k_heads != 0) {
+    fail(
+        "recurrent layers need positive heads and widths, a kernel of 2 or more taps and "
+        "value heads a multiple of key heads");
+  }
+  if (l.attn_norm == nullptr || l.ssm_conv == nullptr || l.ssm_dt == nullptr ||
+      l.ssm_a == nullptr || l.ssm_norm == nullptr) {
+    fail("a recurrent layer's input norm, conv, dt bias, A or gated norm is null");
+  }
+  detail::check_weight(l.ssm_in, r.conv_dim() + r.value_width() + 2 * r.v_heads, dims_.dim,
+                       "ssm_in");
+  detail::check_weight(l.ssm_out, dims_.dim, r.value_width(), "ssm_out");
+}
+
+void LlamaForward::set_recurrent_state(const RecurrentState& state) {
+  if (!has_recurrent_) fail("the model has no recurrent layers");
+  if (state.conv == nullptr || state.delta == nullptr || state.n_slots <= 0) {
+    fail("the recurrent state needs its conv and delta pools and a slot count");
+  }
+  if ((state.snap_conv == nullptr) != (state.snap_depth == 0) ||
+      (state.snap_delta == nullptr) != (state.snap_depth == 0)) {
+    fail("snapshots: both pools and a depth, or none");
+  }
+  state_ = state;
+}
+
+void LlamaForward::plan_recurrent(const ForwardBatch& batch) {
+  const AttnRows& rows = batch.rows;
+  if (state_.conv == nullptr) fail("no recurrent state was set (set_recurrent_state)");
+  if (batch.state_slots == nullptr) fail("a model with recurrent layers needs state slots");
+  std::vector<bool> taken(static_cast<size_t>(state_.n_slots), false);
+  for (int64_t b = 0; b < rows.n_rows; ++b) {
+    const int32_t slot = batch.state_slots[b];
+    if (slot < 0 || slot >= state_.n_slots || taken[static_cast<size_t>(slot)]) {
+      fail("state slot " + std::to_string(slot) + ": one per row, distinct, in 0.." +
+           std::to_string(state_.n_slots - 1));
+    }
+    taken[static_cast<size_t>(slot)] = true;
+    const int64_t q_len = rows.cu_seqlens[b + 1] - rows.cu_seqlens[b];
+    if (batch.verify != nullptr && batch.verify[b] != 0 && q_len > state_.snap_depth) {
+      fail("a verify row of " + std::to_string(q_len) + " tokens needs as many snapshots (" +
+           std::to_string(state_.snap_depth) + " kept)");
+    }
+  }
+}
+
+void LlamaForward::reset_new_rows(const ForwardBatch& batch) {
+  const RecurrentDims& r = dims_.recurrent;
+  const int64_t conv = r.conv_dim() * (r.kernel - 1), delta = r.v_heads * r.k_dim * r.v_dim;
+  const AttnRows& rows = batch.rows;
+  const int64_t layers = std::count_if(w_.layers.begin(), w_.layers.end(),
+                                       [](const auto& l) { return l.mixer == Mixer::kRecurrent; });
+  for (int64_t b = 0; b < rows.n_rows; ++b) {
+    if (rows.seq_lens[b] != rows.cu_seqlens[b + 1] - rows.cu_seqlens[b]) continue;
+    // A sequence at position 0 has seen nothing.
+    for (int64_t l = 0; l < layers; ++l) {
+      const int64_t at = l * state_.n_slots + batch.state_slots[b];
+      std::fill_n(state_.conv + at * conv, conv, 0.0f);
+      std::fill_n(state_.delta + at * delta, delta, 0.0f);
+    }
+  }
+}
+
+void LlamaForward::recurrent_block(const LayerWeights& w, const ForwardBatch& batch,
+                                   int64_t n_tokens) {
+  const detail::QuantActs acts = quant_acts();
+  matmul_acts_team(acts, w.ssm_in.data, ssm_proj_.data(), n_tokens, w.ssm_in.n, dims_.dim,
+                   w.ssm_in.q, isa_);
+  barrier_.wait();
+  conv_channels(w, batch);
+  barrier_.wait();
+  delta_inputs(w, n_tokens);
+  barrier_.wait();
+  delta_items(w, batch);
+  barrier_.wait();
+  gated_output(w, n_tokens);
+  barrier_.wait();
+  matmul_acts_team(acts, w.ssm_out.data, delta_.data(), n_tokens, dims_.dim,
+                   dims_.recurrent.value_width(), w.ssm_out.q, isa_);
+  barrier_.wait();
+}
+
+void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batch) {
+  const RecurrentDims& r = dims_.recurrent;
+  const int64_t channels = r.conv_dim(), taps = r.kernel, kept = taps - 1, width = w.ssm_in.n;
+  float* pool = state_.conv + w.state_index * state_.n_slots * channels * kept;
+  const AttnRows& rows = batch.rows;
+  // Each channel runs every row's tokens in order: its last `kept` inputs (oldest first) carry
+  // from token to token and step to step.
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* weight = w.ssm_conv + c * taps;
+    for (int64_t b = 0; b < rows.n_rows; ++b) {
+      const int64_t slot = batch.state_slots[b];
+      float* last = pool + (slot * channels + c) * kept;
+      const bool verify = batch.verify != nullptr && batch.verify[b] != 0;
+      for (int64_t t = rows.cu_seqlens[b]; t < rows.cu_seqlens[b + 1]; ++t) {
+        const float x = ssm_proj_[t * width + c];
+        float sum = 0.0f;
+        for (int64_t j = 0; j < kept; ++j) sum += weight[j] * last[j];
+        sum += weight[kept] * x;
+        std::memmove(last, last + 1, sizeof(float) * (kept - 1));
+        last[kept - 1] = x;
+        ssm_mixed_[t * channels + c] = silu(sum);
+        if (!verify) continue;
+        const int64_t token = t - rows.cu_seqlens[b];
+        const int64_t snap = (w.state_index * state_.n_slots + slot) * state_.snap_depth + token;
+        std::memcpy(state_.snap_conv + (snap * channels + c) * kept, last, sizeof(float) * kept);
+      }
+    }
+  }
+}
+
+void LlamaForward::delta_inputs(const LayerWeights& w, int64_t n_tokens) {
+  const RecurrentDims& r = dims_.recurrent;
+  const int64_t channels = r.conv_dim(), width = w.ssm_in.n, key_width = r.k_heads * r.k_dim;
+  // In double, then rounded once: the torch forward's Python scalar k_dim ** -0.5.
+  const auto q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(r.k_dim)));
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* mixed = ssm_mixed_.data() + t * channels;
+    for (int64_t h = 0; h < r.k_heads; ++h) {
+      l2_normalize(mixed + h * r.k_dim, r.k_dim, q_scale);
+      l2_normalize(mixed + key_width + h * r.k_dim, r.k_dim, 1.0f);
+    }
+    const float* b = ssm_proj_.data() + t * width + channels + r.value_width();
+    const float* a = b + r.v_heads;
+    for (int64_t h = 0; h < r.v_heads; ++h) {
+      ssm_beta_[t * r.v_heads + h] = sigmoid(b[h]);
+      ssm_g_[t * r.v_heads + h] = w.ssm_a[h] * softplus(a[h] + w.ssm_dt[h]);
+    }
+  }
+}
+
+void LlamaForward::delta_items(const LayerWeights& w, const ForwardBatch& batch) {
+  const RecurrentDims& r = dims_.recurrent;
+  const AttnRows& rows = batch.rows;
+  const int64_t channels = r.conv_dim(), vw = r.value_width(), vh = r.v_heads;
+  const int64_t per_head = r.k_dim * r.v_dim, group = r.v_heads / r.k_heads;
+  float* pool = state_.delta + w.state_index * state_.n_slots * vh * per_head;
+  const DeltaStepHead step = delta_step_head_for(path_);
+  // One item per (row, value head), each on its own state: dynamic, since prefill rows cost more.
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic) nowait
+#endif
+  for (int64_t item = 0; item < rows.n_rows * vh; ++item) {
+    const int64_t b = item / vh, h = item % vh;
+    const int64_t key = r.tiled ? h % r.k_heads : h / group;
+    const int64_t first = rows.cu_seqlens[b], n = rows.cu_seqlens[b + 1] - first;
+    const int64_t slot = batch.state_slots[b];
+    float* state = pool + (slot * vh + h) * per_head;
+    float* scratch = ssm_scratch_.data() + thread_id() * ssm_scratch_stride_;
+    const float* q = ssm_mixed_.data() + first * channels + key * r.k_dim;
+    const float* k = q + r.k_heads * r.k_dim;
+    const float* v = ssm_mixed_.data() + first * channels + 2 * r.k_heads * r.k_dim + h * r.v_dim;
+    const float* g = ssm_g_.data() + first * vh + h;
+    const float* beta = ssm_beta_.data() + first * vh + h;
+    float* out = ssm_o_.data() + first * vw + h * r.v_dim;
+    const bool verify = batch.verify != nullptr && batch.verify[b] != 0;
+    if (n == 1 || verify) {  // decode's one-token step, token by token
+      for (int64_t i = 0; i < n; ++i) {
+        step(q + i * channels, k + i * channels, v + i * channels, g[i * vh], beta[i * vh], state,
+             out + i * vw, r.k_dim, r.v_dim, scratch);
+        if (!verify) continue;
+        const int64_t snap = (w.state_index * state_.n_slots + slot) * state_.snap_depth + i;
+        std::memcpy(state_.snap_delta + (snap * vh + h) * per_head, state,
+                    sizeof(float) * per_head);
+      }
+      continue;
+    }
+    // Chunks end at multiples of kDeltaChunk positions, wherever the row starts.
+    const int64_t start = rows.seq_lens[b] - n;
+    for (int64_t i = 0; i < n;) {
+      const int64_t len = std::min(n - i, kDeltaChunk - (start + i) % kDeltaChunk);
+      const DeltaChunk c{q + i * channels,
+                         k + i * channels,
+                         v + i * channels,
+                         g + i * vh,
+                         beta + i * vh,
+                         state,
+                         out + i * vw,
+                         len,
+                         r.k_dim,
+                         r.v_dim,
+                         channels,
+                         channels,
+                         vw,
+                         vh};
+      delta_rule_chunk_head(c, scratch);
+      i += len;
+    }
+  }
+}
+
+void LlamaForward::gated_output(const LayerWeights& w, int64_t n_tokens) {
+  const RecurrentDims& r = dims_.recurrent;
+  const int64_t vw = r.value_width(), width = w.ssm_in.n, channels = r.conv_dim();
+  const detail::QuantActs acts = quant_acts();
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* z = ssm_proj_.data() + t * width + channels;
+    for (int64_t h = 0; h < r.v_heads; ++h) {
+      float* o = ssm_o_.data() + t * vw + h * r.v_dim;
+      rms_norm_row(o, w.ssm_norm, o, r.v_dim, dims_.norm_eps);
+      for (int64_t j = 0; j < r.v_dim; ++j) o[j] = o[j] * silu(z[h * r.v_dim + j]);
+    }
+    quantize_act_row(ssm_o_.data(), vw, t, acts, isa_);
+  }
+}
+
+}  // namespace met::cpu

@@ -1,0 +1,126 @@
+"""The C++ CPU forward of the hybrid families (Gated DeltaNet layers, gated attention, partial
+RoPE, a sigmoid-gated shared expert: met.model.cpu_llama over csrc/cpu/deltanet_forward.cpp)
+against the torch forward over the same Q8_0 blocks, and what the engine counts on from it:
+batch and thread invariance, a prompt split at multiples of 64 positions giving the same bits,
+verify rows' state snapshots that restore to what decoding would have left, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf_writing import Q
+from hybrid_fixtures import build, write_gguf
+from model_fixtures import PagedRunner
+
+from met.model import capability
+from met.model.cpu_llama import CpuLlama
+from met.models import load_model
+
+ARCHS = ["qwen35", "qwen35moe", "qwen3next"]
+# The torch forward shares the matmul kernels but not the norms' and conv's float sums: a 1e-7
+# difference that moves an int8 activation by one step grows to ~1e-2 of the logits over the
+# layers (test_cpu_model.py measures the same without shared reductions on plain models).
+TOL = 3e-2
+STEPS = [
+    [("a", list(range(3, 14)))],
+    [("a", [20]), ("b", [5, 6, 7, 8, 9, 10, 11])],
+    [("b", [30]), ("a", [21]), ("c", [1, 2])],
+    [("a", [22]), ("b", [31]), ("c", list(range(3, 80)))],
+]
+pytestmark = pytest.mark.usefixtures("cpu_path")
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def blocks(request, tmp_path_factory):
+    arch = request.param
+    path = tmp_path_factory.mktemp(arch) / "m.gguf"
+    write_gguf(build(arch), path, arch, Q.Q8_0)
+    _, model, _ = load_model(path, device="cpu", weight_format="auto")
+    return model
+
+
+def _cpp(model, n_threads: int = 0, seed: int = 1) -> PagedRunner:
+    runner = PagedRunner(model, num_blocks=48, block_size=4, seed=seed)
+    runner.model = CpuLlama(model, runner.cache, n_threads)
+    return runner
+
+
+def test_the_cpp_forward_runs_hybrids_like_the_torch_one(blocks):
+    assert capability.cannot_run(blocks, "cpu") is None
+    reference = PagedRunner(blocks, num_blocks=48, block_size=4, seed=1)
+    cpp = _cpp(blocks)
+    for rows in STEPS:
+        for got, ref in zip(cpp.step(rows), reference.step(rows), strict=True):
+            torch.testing.assert_close(got, ref, atol=TOL * ref.abs().max().item(), rtol=0)
+
+
+def test_a_row_is_the_same_bits_alone_batched_and_on_one_thread(blocks):
+    batched = _cpp(blocks)
+    got = [batched.step(rows)[[name for name, _ in rows].index("a")] for rows in STEPS]
+    alone = _cpp(blocks, n_threads=1, seed=5)
+    for rows, want in zip(STEPS, got, strict=True):
+        assert torch.equal(alone.step([r for r in rows if r[0] == "a"])[0], want)
+
+
+def test_a_prompt_split_at_64_positions_is_the_same_bits(blocks):
+    prompt = [(7 * i) % 90 + 3 for i in range(150)]
+    whole = _cpp(blocks).step([("p", prompt)])[0][-1]
+    split = _cpp(blocks, seed=2)
+    split.step([("p", prompt[:64])])
+    assert torch.equal(split.step([("p", prompt[64:])])[0][-1], whole)
+    # Chunks end at multiples of 64 positions wherever a step starts: 96 + 54 tokens run
+    # 96..127 and 128..149 as 96 + 32 + 22 does.
+    ends = []
+    for cuts in ((96, 150), (96, 128, 150)):
+        runner, start = _cpp(blocks, seed=len(cuts)), 0
+        for end in cuts:
+            last = runner.step([("p", prompt[start:end])])[0][-1]
+            start = end
+        ends.append(last)
+    assert torch.equal(ends[0], ends[1])
+
+
+def test_a_verify_row_restores_to_what_decoding_leaves(blocks):
+    """A verify row of 4 tokens, then the state put back to after its first 2: the same state
+    and next logits as decoding those 2 one at a time."""
+    prompt, drafts = list(range(3, 20)), [40, 41, 42, 43]
+    decoded = _cpp(blocks)
+    decoded.step([("s", prompt)])
+    for token in drafts[:2]:
+        decoded.step([("s", [token])])
+    verified = _cpp(blocks)
+    verified.step([("s", prompt)])
+    rows = [("s", drafts)]
+    starts = verified.reserve(rows)
+    table = verified.tables["s"]
+    cache, slot = verified.cache, verified.state_slots["s"]
+    bs = cache.block_size
+    positions = [starts[0] + i for i in range(4)]
+    verified.model.forward(
+        cache,
+        torch.tensor(drafts),
+        torch.tensor(positions),
+        torch.tensor([table[p // bs] * bs + p % bs for p in positions]),
+        torch.tensor([table], dtype=torch.int32),
+        torch.tensor([verified.lens["s"]], dtype=torch.int32),
+        torch.tensor([0, 4], dtype=torch.int32),
+        torch.arange(4),
+        state_slots=torch.tensor([slot]),
+        verify_rows=torch.tensor([1]),
+    )
+    cache.state.restore(slot, 2)
+    verified.lens["s"] -= 2
+    want = decoded.cache.state
+    assert torch.equal(cache.state.conv[:, slot], want.conv[:, decoded.state_slots["s"]])
+    assert torch.equal(cache.state.delta[:, slot], want.delta[:, decoded.state_slots["s"]])
+    assert torch.equal(verified.step([("s", [50])])[0], decoded.step([("s", [50])])[0])
+
+
+def test_bad_state_slots_are_clear_errors(blocks):
+    runner = _cpp(blocks)
+    runner.state_slots = {"a": 0, "b": 0}
+    with pytest.raises(ValueError, match="state slot 0: one per row, distinct"):
+        runner.step([("a", [1, 2]), ("b", [3])])
+    runner.state_slots = {"a": 99}
+    with pytest.raises(ValueError, match="state slot 99"):
+        runner.step([("a", [1])])
