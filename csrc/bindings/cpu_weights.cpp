@@ -82,7 +82,10 @@ void bind_layer(py::module_& cpu) {
       .def_readwrite("attn_gate", &cpu::LayerWeights::attn_gate)
       .def_readwrite("shexp_gate_up", &cpu::LayerWeights::shexp_gate_up)
       .def_readwrite("shexp_down", &cpu::LayerWeights::shexp_down)
-      .def_readwrite("ssm_in", &cpu::LayerWeights::ssm_in)
+      .def_readwrite("ssm_qkv", &cpu::LayerWeights::ssm_qkv)
+      .def_readwrite("ssm_z", &cpu::LayerWeights::ssm_z)
+      .def_readwrite("ssm_beta", &cpu::LayerWeights::ssm_beta)
+      .def_readwrite("ssm_alpha", &cpu::LayerWeights::ssm_alpha)
       .def_readwrite("ssm_out", &cpu::LayerWeights::ssm_out)
       .def_readwrite("state_index", &cpu::LayerWeights::state_index);
   l.def_property(

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/delta_rule.h"
@@ -31,6 +32,20 @@ namespace {
 constexpr float kL2Eps = 1e-6f;  // transformers' and flash-linear-attention's l2norm epsilon
 
 void fail(const std::string& what) { throw std::invalid_argument("LlamaForward: " + what); }
+
+// The four projections of a step's n tokens, each [n, its width], one after the other.
+struct Projected {
+  float *qkv, *z, *beta, *alpha;
+};
+
+Projected projected(std::vector<float>& buffer, int64_t n, const RecurrentDims& r) {
+  float* qkv = buffer.data();
+  float* z = qkv + n * r.conv_dim();
+  float* beta = z + n * r.value_width();
+  return Projected{qkv, z, beta, beta + n * r.v_heads};
+}
+
+int64_t tokens_of(const ForwardBatch& batch) { return batch.rows.cu_seqlens[batch.rows.n_rows]; }
 
 // x / sqrt(sum(x^2) + eps) * scale in place, the sum in one fixed order (eight partial sums).
 void l2_normalize(float* x, int64_t n, float scale) {
@@ -68,8 +83,10 @@ void LlamaForward::check_recurrent(const LayerWeights& l) const {
       l.ssm_a == nullptr || l.ssm_norm == nullptr) {
     fail("a recurrent layer's input norm, conv, dt bias, A or gated norm is null");
   }
-  detail::check_weight(l.ssm_in, r.conv_dim() + r.value_width() + 2 * r.v_heads, dims_.dim,
-                       "ssm_in");
+  detail::check_weight(l.ssm_qkv, r.conv_dim(), dims_.dim, "ssm_qkv");
+  detail::check_weight(l.ssm_z, r.value_width(), dims_.dim, "ssm_z");
+  detail::check_weight(l.ssm_beta, r.v_heads, dims_.dim, "ssm_beta");
+  detail::check_weight(l.ssm_alpha, r.v_heads, dims_.dim, "ssm_alpha");
   detail::check_weight(l.ssm_out, dims_.dim, r.value_width(), "ssm_out");
 }
 
@@ -125,8 +142,13 @@ void LlamaForward::reset_new_rows(const ForwardBatch& batch) {
 void LlamaForward::recurrent_block(const LayerWeights& w, const ForwardBatch& batch,
                                    int64_t n_tokens) {
   const detail::QuantActs acts = quant_acts();
-  matmul_acts_team(acts, w.ssm_in.data, ssm_proj_.data(), n_tokens, w.ssm_in.n, dims_.dim,
-                   w.ssm_in.q, isa_);
+  const Projected p = projected(ssm_proj_, n_tokens, dims_.recurrent);
+  // Disjoint outputs of one complete input: no barrier between the four.
+  const std::pair<const QuantWeight*, float*> parts[] = {
+      {&w.ssm_qkv, p.qkv}, {&w.ssm_z, p.z}, {&w.ssm_beta, p.beta}, {&w.ssm_alpha, p.alpha}};
+  for (const auto& [weight, out] : parts) {
+    matmul_acts_team(acts, weight->data, out, n_tokens, weight->n, dims_.dim, weight->q, isa_);
+  }
   barrier_.wait();
   conv_channels(w, batch);
   barrier_.wait();
@@ -143,7 +165,8 @@ void LlamaForward::recurrent_block(const LayerWeights& w, const ForwardBatch& ba
 
 void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batch) {
   const RecurrentDims& r = dims_.recurrent;
-  const int64_t channels = r.conv_dim(), taps = r.kernel, kept = taps - 1, width = w.ssm_in.n;
+  const int64_t channels = r.conv_dim(), taps = r.kernel, kept = taps - 1;
+  const float* qkv = projected(ssm_proj_, tokens_of(batch), r).qkv;
   float* pool = state_.conv + w.state_index * state_.n_slots * channels * kept;
   const AttnRows& rows = batch.rows;
   // Each channel runs every row's tokens in order: its last `kept` inputs (oldest first) carry
@@ -158,7 +181,7 @@ void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batc
       float* last = pool + (slot * channels + c) * kept;
       const bool verify = batch.verify != nullptr && batch.verify[b] != 0;
       for (int64_t t = rows.cu_seqlens[b]; t < rows.cu_seqlens[b + 1]; ++t) {
-        const float x = ssm_proj_[t * width + c];
+        const float x = qkv[t * channels + c];
         float sum = 0.0f;
         for (int64_t j = 0; j < kept; ++j) sum += weight[j] * last[j];
         sum += weight[kept] * x;
@@ -176,7 +199,8 @@ void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batc
 
 void LlamaForward::delta_inputs(const LayerWeights& w, int64_t n_tokens) {
   const RecurrentDims& r = dims_.recurrent;
-  const int64_t channels = r.conv_dim(), width = w.ssm_in.n, key_width = r.k_heads * r.k_dim;
+  const int64_t channels = r.conv_dim(), key_width = r.k_heads * r.k_dim;
+  const Projected p = projected(ssm_proj_, n_tokens, r);
   // In double, then rounded once: the torch forward's Python scalar k_dim ** -0.5.
   const auto q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(r.k_dim)));
 #ifdef _OPENMP
@@ -188,8 +212,8 @@ void LlamaForward::delta_inputs(const LayerWeights& w, int64_t n_tokens) {
       l2_normalize(mixed + h * r.k_dim, r.k_dim, q_scale);
       l2_normalize(mixed + key_width + h * r.k_dim, r.k_dim, 1.0f);
     }
-    const float* b = ssm_proj_.data() + t * width + channels + r.value_width();
-    const float* a = b + r.v_heads;
+    const float* b = p.beta + t * r.v_heads;
+    const float* a = p.alpha + t * r.v_heads;
     for (int64_t h = 0; h < r.v_heads; ++h) {
       ssm_beta_[t * r.v_heads + h] = sigmoid(b[h]);
       ssm_g_[t * r.v_heads + h] = w.ssm_a[h] * softplus(a[h] + w.ssm_dt[h]);
@@ -259,13 +283,14 @@ void LlamaForward::delta_items(const LayerWeights& w, const ForwardBatch& batch)
 
 void LlamaForward::gated_output(const LayerWeights& w, int64_t n_tokens) {
   const RecurrentDims& r = dims_.recurrent;
-  const int64_t vw = r.value_width(), width = w.ssm_in.n, channels = r.conv_dim();
+  const int64_t vw = r.value_width();
+  const float* gates = projected(ssm_proj_, n_tokens, r).z;
   const detail::QuantActs acts = quant_acts();
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* z = ssm_proj_.data() + t * width + channels;
+    const float* z = gates + t * vw;
     for (int64_t h = 0; h < r.v_heads; ++h) {
       float* o = ssm_o_.data() + t * vw + h * r.v_dim;
       rms_norm_row(o, w.ssm_norm, o, r.v_dim, dims_.norm_eps);

@@ -112,11 +112,15 @@ struct LayerWeights {
   QuantWeight shexp_down;
   const float* shexp_gate = nullptr;
   // A Gated DeltaNet layer (mixer kRecurrent, shape LlamaDims::recurrent; attn_norm is its
-  // input norm): ssm_in's rows are the q, k, v channels (conv_dim), z (value_width), beta and
-  // alpha (v_heads each); the conv [conv_dim, kernel], dt bias and A = -exp(A_log) [v_heads],
+  // input norm): its projections into the q, k, v channels [conv_dim, dim], the output gate z
+  // [value_width, dim], beta and alpha [v_heads, dim] (each in its own format: a file may keep
+  // the small ones wider); the conv [conv_dim, kernel], dt bias and A = -exp(A_log) [v_heads],
   // the gated norm [v_dim]; ssm_out [dim, value_width]. state_index: its place among the
   // recurrent layers in RecurrentState.
-  QuantWeight ssm_in;
+  QuantWeight ssm_qkv;
+  QuantWeight ssm_z;
+  QuantWeight ssm_beta;
+  QuantWeight ssm_alpha;
   const float* ssm_conv = nullptr;
   const float* ssm_dt = nullptr;
   const float* ssm_a = nullptr;
@@ -330,7 +334,8 @@ class LlamaForward {
   std::vector<float> pair_weight_, router_logits_, expert_out_;
   std::vector<int64_t> expert_start_, expert_next_;
   std::vector<float> shexp_out_;
-  // Recurrent layers: their state, the projection [tokens, conv_dim + value_width + 2 v_heads],
+  // Recurrent layers: their state, the projections one after the other ([tokens, conv_dim],
+  // then z, beta and alpha's),
   // the conv output (q, k normalized in place) [tokens, conv_dim], g and beta [tokens, v_heads]
   // each, the rule's output [tokens, value_width], per-thread scratch of the chunk form.
   RecurrentState state_;

@@ -12,6 +12,7 @@ from gguf_writing import Q
 from hybrid_fixtures import build, write_gguf
 from model_fixtures import PagedRunner
 
+from met.kernels.cpu_quant import QuantLinear
 from met.model import capability
 from met.model.cpu_llama import CpuLlama
 from met.models import load_model
@@ -31,12 +32,14 @@ pytestmark = pytest.mark.usefixtures("cpu_path")
 
 
 @pytest.fixture(scope="module", params=ARCHS)
-def blocks(request, tmp_path_factory):
+def hybrid_file(request, tmp_path_factory):
     arch = request.param
-    path = tmp_path_factory.mktemp(arch) / "m.gguf"
-    write_gguf(build(arch), path, arch, Q.Q8_0)
-    _, model, _ = load_model(path, device="cpu", weight_format="auto")
-    return model
+    return write_gguf(build(arch), tmp_path_factory.mktemp(arch) / "m.gguf", arch, Q.Q8_0)
+
+
+@pytest.fixture(scope="module")
+def blocks(hybrid_file):
+    return load_model(hybrid_file, device="cpu", weight_format="auto")[1]
 
 
 def _cpp(model, n_threads: int = 0, seed: int = 1) -> PagedRunner:
@@ -124,3 +127,25 @@ def test_bad_state_slots_are_clear_errors(blocks):
     runner.state_slots = {"a": 99}
     with pytest.raises(ValueError, match="state slot 99"):
         runner.step([("a", [1])])
+
+
+def test_projections_in_two_formats_stay_apart_and_run_as_stored(hybrid_file):
+    """A file may keep the small beta / alpha projections in another format than q/k/v and z:
+    the four then stay apart (model/deltanet.py) and the C++ forward reads each as stored."""
+    model = load_model(hybrid_file, device="cpu", weight_format="auto")[1]
+    for i in model.recurrent_layers:
+        mixer = model.layers[i]["deltanet"]
+        (fused,), s = mixer.w_in, mixer.shape
+        bounds = [0, s.conv_dim, s.conv_dim + s.value_width, fused.out_features - s.v_heads]
+        parts = [
+            QuantLinear(fused.blocks[a:b].clone(), fused.qtype, b - a, fused.in_features)
+            for a, b in zip(bounds, [*bounds[1:], fused.out_features], strict=True)
+        ]
+        parts[2:] = [QuantLinear.from_float(p.dequantize(), "Q4_0") for p in parts[2:]]
+        mixer.w_in = parts
+    assert capability.cannot_run(model, "cpu") is None
+    reference = PagedRunner(model, num_blocks=48, block_size=4, seed=1)
+    cpp = _cpp(model)
+    for rows in STEPS:
+        for got, ref in zip(cpp.step(rows), reference.step(rows), strict=True):
+            torch.testing.assert_close(got, ref, atol=TOL * ref.abs().max().item(), rtol=0)

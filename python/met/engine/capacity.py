@@ -51,7 +51,8 @@ def weight_bytes(model) -> int:
                 if value.shared is not None:
                     weights += [value.shared[0], *value.shared[1]]
             elif isinstance(value, DeltaNetLayer):
-                weights.extend(vars(value).values())
+                for part in vars(value).values():  # w_in is a list of one or four weights
+                    weights.extend(part if isinstance(part, list) else [part])
             else:
                 weights.append(value)
     for weight in weights:

@@ -202,7 +202,7 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
     for layer in model.layers:
         linears += [layer[n] for n in ("wqkv", "wo", "w_gate_up", "w_down") if n in layer]
         if "deltanet" in layer:
-            linears += [layer["deltanet"].w_in, layer["deltanet"].w_out]
+            linears += [*layer["deltanet"].w_in, layer["deltanet"].w_out]
         moe = layer.get("moe")
         if moe is not None and len(moe.experts) != moe.n_experts:
             return "expert parallelism runs the torch forward"

@@ -108,7 +108,8 @@ class CpuLlama:
         out = _mlp(layer, _core.cpu.LayerWeights())
         out.mixer = _core.cpu.Mixer.recurrent
         out.attn_norm, out.mlp_norm = _address(layer["attn_norm"]), _address(layer["mlp_norm"])
-        out.ssm_in, out.ssm_out = _weight(mixer.w_in), _weight(mixer.w_out)
+        out.ssm_qkv, out.ssm_z, out.ssm_beta, out.ssm_alpha = _projections(mixer)
+        out.ssm_out = _weight(mixer.w_out)
         tensors = [mixer.conv, mixer.dt_bias, mixer.decay, mixer.norm]
         self._keep += [t.float().contiguous() for t in tensors]
         out.ssm_conv, out.ssm_dt, out.ssm_a, out.ssm_norm = (t.data_ptr() for t in self._keep[-4:])
@@ -315,6 +316,20 @@ def _mlp(layer: dict, out: _core.cpu.LayerWeights) -> _core.cpu.LayerWeights:
         out.expert_b_gate_up = [_address(gate_up) for gate_up, _ in biases]
         out.expert_b_down = [_address(down) for _, down in biases]
     return out
+
+
+def _projections(mixer: DeltaNetLayer) -> list[_core.cpu.QuantWeight]:
+    """A DeltaNet layer's four projections: its own weights, or row ranges of the fused one."""
+    if len(mixer.w_in) > 1:
+        return [_weight(w) for w in mixer.w_in]
+    fused, s = mixer.w_in[0], mixer.shape
+    bounds = [0, s.conv_dim, s.conv_dim + s.value_width, s.conv_dim + s.value_width + s.v_heads]
+    bounds.append(fused.out_features)
+    row_bytes, base = fused.blocks.shape[1], fused.blocks.data_ptr()
+    return [
+        _core.cpu.QuantWeight(base + a * row_bytes, fused.qtype, b - a, fused.in_features)
+        for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
 
 
 def _snapshot_address(state: RecurrentState) -> int:

@@ -30,6 +30,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from met.kernels import cpu_delta
+from met.kernels.cpu_quant import QuantLinear
 from met.model.config import RecurrentShape
 from met.model.linear import Weight, linear
 
@@ -236,7 +237,9 @@ def token_delta_rule(
 
 class DeltaNetLayer:
     """One Gated DeltaNet mixer: the canonical ssm_* weights of a layer (model/config.py),
-    its q/k/v/z/beta/alpha projections fused into one matmul through `fuse`."""
+    its q/k/v/z/beta/alpha projections fused into one matmul through `fuse` where they share a
+    format (w_in: [that weight]), else kept apart (w_in: the four; a quantized file may keep the
+    small beta and alpha wider)."""
 
     def __init__(
         self,
@@ -249,7 +252,8 @@ class DeltaNetLayer:
     ) -> None:
         self.shape, self.eps, self.index = shape, eps, index
         names = ("ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha")
-        self.w_in = fuse([take(prefix + n) for n in names])
+        parts = [take(prefix + n) for n in names]
+        self.w_in = [fuse(parts)] if _one_format(parts) else parts
         self.conv = take(prefix + "ssm_conv")  # [conv_dim, kernel]
         self.dt_bias = take(prefix + "ssm_dt").float()
         self.decay = take(prefix + "ssm_a").float()  # -exp(A_log)
@@ -258,7 +262,7 @@ class DeltaNetLayer:
 
     def __call__(self, x: Tensor, state: RecurrentState, rows: RecurrentRows) -> Tensor:
         s = self.shape
-        projected = linear(x, self.w_in)
+        projected = torch.cat([linear(x, w) for w in self.w_in], dim=-1)
         qkv, z, b, a = projected.split([s.conv_dim, s.value_width, s.v_heads, s.v_heads], dim=-1)
         mixed = self._conv(qkv, state, rows)
         q, k, v = mixed.split([s.k_heads * s.k_dim, s.k_heads * s.k_dim, s.value_width], dim=-1)
@@ -341,6 +345,12 @@ def _step(
         out[t] = cpu_delta.step(q, k, v, g, beta, delta, slots)
     else:
         out[t], delta[slots] = recurrent_step(q, k, v, g, beta, delta[slots])
+
+
+def _one_format(parts: list[Weight]) -> bool:
+    """Whether the weights fuse into one: all dense, or all blocks of one format and width."""
+    formats = {(p.qtype, p.in_features) if isinstance(p, QuantLinear) else None for p in parts}
+    return len(formats) == 1
 
 
 def _l2norm(x: Tensor) -> Tensor:
