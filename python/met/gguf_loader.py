@@ -75,7 +75,7 @@ _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Early Mixtral GGUF files keep one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
 _LEGACY_EXPERT_RE = re.compile(r"ffn_(gate|up|down)\.(\d+)\.weight")
 # Weights a matmul reads (the embedding too: tied, it is the lm_head), so keepable as blocks.
-_LINEAR_SUFFIXES = (
+LINEAR_SUFFIXES = (
     ".wq",
     ".wk",
     ".wv",
@@ -287,7 +287,7 @@ def _read_bytes(file: BinaryIO, tensor: Any) -> np.ndarray:
 def _blockwise(name: str, tensor: Any) -> bool:
     # An unsupported format is not blockwise: _dequantize then names it in its error.
     quantized = tensor.tensor_type in SUPPORTED_TYPES - _FLOAT_TYPES
-    return name.endswith(_LINEAR_SUFFIXES) and quantized
+    return name.endswith(LINEAR_SUFFIXES) and quantized
 
 
 def load_gguf(

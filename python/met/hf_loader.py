@@ -12,10 +12,12 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from met.hf_blocks import weight_format
 from met.model.config import ModelConfig, ModelLoadError, RopeScaling, check_weights
 from met.model.families import FAMILIES, Family, hf_family
 from met.model.families.spec import rope_settings
 from met.model.fused import FUSED_GATE_UP, FUSED_QKV, split_fused
+from met.model.linear import Weight
 
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "embed",
@@ -216,9 +218,13 @@ def _canonical_name(hf_name: str, family: Family) -> str | None:
 
 
 def load_hf(
-    folder: str | Path, dtype: torch.dtype = torch.float32
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """ModelConfig and canonical weights (CPU, `dtype`), read shard by shard, tensor by tensor."""
+    folder: str | Path, dtype: torch.dtype = torch.float32, keep_blocks: bool = False
+) -> tuple[ModelConfig, dict[str, Weight]]:
+    """ModelConfig and canonical weights (CPU, `dtype`), read shard by shard, tensor by tensor.
+
+    With keep_blocks (--weight-format gguf: the C++ forward's weights), the linear weights come
+    as QuantLinear blocks: those the folder stores as blocks (gpt-oss's MXFP4 experts) as
+    stored, the float ones quantized to Q8_0 (met.hf_blocks)."""
     folder = Path(folder)
     config = read_hf_config(folder)
     family = FAMILIES[config.family]
@@ -242,6 +248,7 @@ def load_hf(
     family.hf_weights(weights)
     family.load_weights(weights, config, "hf")
     split_fused(weights, config, folder)
+    weight_format(weights, dtype, keep_blocks, folder)
     check_weights(weights, config, folder)
     return config, weights
 

@@ -23,7 +23,8 @@ DEFAULT_MODEL_NAMES = {"smollm2", "default", "smollm2-135m-instruct", DEFAULT_MO
 _CHUNK = 1 << 20
 # dequantized: every tensor converted to the model dtype; gguf: quantized linear weights kept as
 # blocks the C++ kernels read (cpu_quant.QTYPES as stored, other formats converted by
-# met.kernels.requant; CPU, float32 activations), everything else dequantized; auto: gguf
+# met.kernels.requant; a Hugging Face folder's MXFP4 experts as stored, its float linear weights
+# as Q8_0: met.hf_blocks; CPU, float32 activations), everything else dequantized; auto: gguf
 # for a GGUF file on the CPU unless a dtype was asked for (an explicit dtype means dequantized
 # weights in it) or the model is split over ranks.
 WEIGHT_FORMATS = ("auto", "dequantized", "gguf")
@@ -180,10 +181,10 @@ def load_model(
     """Load a GGUF file or a Hugging Face folder onto `device` in `dtype`.
 
     With `shard`, only this rank's slice reaches the model (and the device); the returned config
-    is still the whole model's. weight_format is one of WEIGHT_FORMATS; a Hugging Face folder
-    has no GGUF blocks and loads dequantized either way."""
+    is still the whole model's. weight_format is one of WEIGHT_FORMATS; auto loads a Hugging
+    Face folder dequantized, gguf as blocks (met.hf_blocks)."""
     from met.gguf_loader import load_gguf, open_gguf, read_config
-    from met.hf_loader import is_hf_folder, load_hf
+    from met.hf_loader import is_hf_folder, load_hf, read_hf_config
 
     path = Path(path)
     dev = resolve_device(device)
@@ -198,6 +199,8 @@ def load_model(
     keep_blocks = _check_weight_format(weight_format, dev, torch_dtype, shard)
     if keep_blocks and reader is not None and _blocks_refused(read_config(reader, path)):
         require(read_config(reader, path), "cpu", path)
+    if keep_blocks and is_hf_folder(path) and _blocks_refused(read_hf_config(path)):
+        require(read_hf_config(path), "cpu", path)
 
     def report(stage: str, step: int) -> None:
         if progress:
@@ -207,7 +210,7 @@ def load_model(
     if is_hf_folder(path):
         tokenizer = Tokenizer.from_hf_folder(path)
         report("weights", 1)
-        config, weights = load_hf(path, torch_dtype)
+        config, weights = load_hf(path, torch_dtype, keep_blocks)
         tokenizer.eos_token_ids = list(config.eos_token_ids or tokenizer.eos_token_ids)
     elif reader is not None:
         tokenizer = Tokenizer.from_gguf(path, reader)

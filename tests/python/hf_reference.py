@@ -207,13 +207,15 @@ def file_and_reference(
     return path, dequantized_reference(model, path, names) if kind == "q8_0" else model
 
 
-def assert_matches_transformers(path: Path, want: dict[str, torch.Tensor], tol: float) -> list:
-    """met's paged forwards of the file or folder at `path` (torch, and C++ where it runs the
-    model) against transformers' logits: each within tol x the largest |logit|, and the same
-    argmax up to near-ties (where they differ, transformers' own logits of the two picks are
-    within that tolerance); returns the forwards' names."""
+def assert_matches_transformers(
+    path: Path, want: dict[str, torch.Tensor], tol: float, weight_format: str = "auto"
+) -> list:
+    """met's paged forwards of the file or folder at `path` loaded in `weight_format` (torch, and
+    C++ where it runs the model) against transformers' logits: each within tol x the largest
+    |logit|, and the same argmax up to near-ties (where they differ, transformers' own logits of
+    the two picks are within that tolerance); returns the forwards' names."""
     names = []
-    for name, runner in paged_forwards(path):
+    for name, runner in paged_forwards(path, weight_format):
         names.append(name)
         for seq, logits in stepped_logits(runner, STEPS, want).items():
             atol = tol * want[seq].abs().max().item()

@@ -225,10 +225,10 @@ def byte_tokenizer_json(merges: Sequence[str] = ()) -> str:
     )
 
 
-def paged_forwards(path) -> list[tuple[str, PagedRunner]]:
-    """(name, runner) for every forward the engine can run on the model file at `path`: torch,
-    and the C++ CPU forward where it takes the model."""
-    _, model, _ = load_model(path, device="cpu", weight_format="auto")
+def paged_forwards(path, weight_format: str = "auto") -> list[tuple[str, PagedRunner]]:
+    """(name, runner) for every forward the engine can run on the model file at `path` loaded
+    in `weight_format`: torch, and the C++ CPU forward where it takes the model."""
+    _, model, _ = load_model(path, device="cpu", weight_format=weight_format)
     runners = [("torch", PagedRunner(model, num_blocks=32, block_size=4, seed=1))]
     if cannot_run(model, "cpu") is None:
         cpp = PagedRunner(model, num_blocks=32, block_size=4, seed=1)

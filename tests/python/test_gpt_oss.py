@@ -24,6 +24,7 @@ from hf_reference import (
 )
 from model_fixtures import PagedRunner, stepped_logits
 from safetensors.torch import load_file, save_file
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from met.gguf_loader import open_gguf, read_config
 from met.hf_loader import read_hf_config
@@ -39,7 +40,7 @@ from met.model.capability import (
     refusal,
 )
 from met.model.cpu_llama import CpuLlama
-from met.model.mxfp4 import dequantize_hf_mxfp4
+from met.model.mxfp4 import ggml_mxfp4
 from met.model.sinks import with_sink_column
 from met.models import load_model
 from met.parallel.shard import ShardError, check_divisible
@@ -170,19 +171,19 @@ def test_gpt_oss_plan_and_capability(tmp_path):
     assert folder.rope_attn_factor == pytest.approx(config.rope_attn_factor)
 
 
-def test_hf_mxfp4_blocks_dequantize_as_ggml_reads_them():
-    # Every code in every position, scales across the exponent range (with E8M0's low end).
+def test_hf_mxfp4_blocks_repack_into_the_values_transformers_reads():
+    # Every code in every position, scales across the exponent range (with E8M0's low end); the
+    # repacked rows as ggml (gguf's reader, the kernels' reference) reads them, against
+    # transformers' own dequantization of the checkpoint's blocks ([E, in, out]: transposed).
     gen = torch.Generator().manual_seed(0)
     blocks = torch.randint(0, 256, (3, 5, 4, 16), dtype=torch.uint8, generator=gen)
     scales = torch.randint(0, 200, (3, 5, 4), dtype=torch.uint8, generator=gen)
     scales[0, 0] = torch.tensor([0, 1, 2, 199], dtype=torch.uint8)
-    codes = torch.stack([blocks & 0x0F, blocks >> 4], dim=-1).reshape(3, 5, 4, 32)
-    ggml_qs = codes[..., :16] | (codes[..., 16:] << 4)
-    ggml = torch.cat([scales[..., None], ggml_qs], dim=-1).numpy()
-    want = gguf.quants.dequantize(ggml.reshape(3, 5, -1), Q.MXFP4)
-    got = dequantize_hf_mxfp4(blocks, scales)
-    assert got.shape == (3, 5, 128)
-    assert torch.equal(got, torch.from_numpy(want))
+    packed = ggml_mxfp4(blocks, scales)
+    assert packed.shape == (3, 5, 4 * 17)
+    got = gguf.quants.dequantize(packed.numpy(), Q.MXFP4)
+    want = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).transpose(1, 2)
+    assert torch.equal(torch.from_numpy(got), want)
 
 
 def test_sink_column_is_the_sink_in_the_softmax_denominator():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import anthropic
+import openai
 import pytest
 from gpt_oss_fixtures import gpt_oss_gguf, gpt_oss_model
 from harmony_model import N_VOCAB, add_harmony_tokenizer
@@ -146,3 +147,40 @@ def test_responses_function_call_and_its_output_continue_the_turn(server: Server
         temperature=0,
     )
     assert follow.status in ("completed", "incomplete") and follow.usage.output_tokens >= 1
+
+
+LIST = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"type": "string", "maxLength": 6}}},
+    "required": ["items"],
+}
+
+
+def test_response_format_shapes_the_final_message(server: ServerProcess) -> None:
+    # The grammar writes the final channel's header and holds its text to the schema; the
+    # random model's own answer would be neither.
+    client = server.openai(timeout=120)
+    reply = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "A shopping list, please."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "list", "schema": LIST}},
+        max_tokens=200,
+        temperature=0,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop"
+    answer = json.loads(choice.message.content)
+    assert set(answer) == {"items"} and all(len(item) <= 6 for item in answer["items"])
+
+
+def test_harmony_refuses_structured_output_it_cannot_place(server: ServerProcess) -> None:
+    client = server.openai(timeout=120)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="m",
+            messages=ASK,
+            max_tokens=4,
+            extra_body={"structured_outputs": {"regex": "a+"}},
+        )
+    assert e.value.status_code == 400 and e.value.param == "structured_outputs.regex"
+    assert "only JSON" in e.value.message

@@ -303,13 +303,41 @@ def thinking_budget_grammar(budget: int, n_vocab: int) -> str:
 
 def forced_call_grammar(tools: list[Any], budget: int | None) -> str:
     """A Lark grammar (llguidance) for tool_choice required/named in harmony's syntax: an
-    optional analysis message (at most `budget` tokens), then one call of one of `tools`,
-    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS`, the arguments
-    `%json` of the tool's schema; special tokens by id. One call: <|call|> ends the turn (the
-    client answers it before the model goes on), so parallel calls are sequential."""
+    optional analysis message (at most `budget` tokens), then one call of one of `tools`.
+    One call: <|call|> ends the turn (the client answers it before the model goes on), so
+    parallel calls are sequential."""
+    # <|call|> is a stop token: the output ends where the grammar does, as the model's would.
+    rules = [*_analysis_rules(budget), *_call_rules(tools), "start: analysis? call"]
+    return "\n".join(rules) + "\n"
+
+
+def final_json_grammar(schema: dict | None, tools: list[Any], budget: int | None) -> str:
+    """A Lark grammar (llguidance) for structured output (response_format) in harmony, which
+    leaves its enforcement to the sampler: an optional analysis message (at most `budget`
+    tokens), then the final message, its text `%json` of `schema` (any object where None:
+    json_object), or, where `tools` are on, one call of one of them instead (the model's
+    choice, as tool_choice auto leaves it). <|return|> is a stop token: the output ends with
+    the JSON."""
     from met.chat.constrain import json_rule, lit
 
     rules = _analysis_rules(budget)
+    answer = json_rule(schema or {"type": "object"})
+    rules.append(f"final: {_tok('<|channel|>')} {lit('final')} {_tok('<|message|>')} {answer}")
+    if tools:
+        rules += [*_call_rules(tools), "answer: final | call"]
+    else:
+        rules.append("answer: final")
+    rules.append("start: analysis? answer")
+    return "\n".join(rules) + "\n"
+
+
+def _call_rules(tools: list[Any]) -> list[str]:
+    """`call`: one call of one of `tools`,
+    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS`, the arguments
+    `%json` of the tool's schema; special tokens by id."""
+    from met.chat.constrain import json_rule, lit
+
+    rules = []
     for i, tool in enumerate(tools):
         head = lit(f"commentary to={FUNCTIONS}{tool.name} ")
         rules.append(f"args_{i}: {json_rule(tool.parameters)}")
@@ -318,6 +346,4 @@ def forced_call_grammar(tools: list[Any], budget: int | None) -> str:
             f"{_tok('<|message|>')} args_{i}"
         )
     rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
-    # <|call|> is a stop token: the output ends where the grammar does, as the model's would.
-    rules.append("start: analysis? call")
-    return "\n".join(rules) + "\n"
+    return rules

@@ -120,12 +120,18 @@ def prepare(state: ServedModel, request: ChatRequest) -> PreparedChat:
 
 
 def _prepare_harmony(state: ServedModel, request: ChatRequest, calls_on: bool) -> PreparedChat:
-    """The prompt rendered by openai-harmony; a forced call constrained in harmony's syntax."""
+    """The prompt rendered by openai-harmony; a forced call, or the final message's JSON
+    (response_format), constrained in harmony's syntax."""
     from met.chat import harmony
 
-    if request.params.constraint is not None:
-        param = request.params.constraint.param or "response_format"
-        raise invalid(f"{param}: structured output is not supported with harmony yet", param)
+    user = request.params.constraint
+    if user is not None and user.kind not in ("json_schema", "json_object"):
+        param = user.param or "response_format"
+        raise invalid(
+            f"{param}: with harmony only JSON (response_format json_schema or json_object) "
+            "constrains the final message",
+            param,
+        )
     prompt_ids = harmony.render(request, calls_on)
     params = copy.deepcopy(request.params)
     params.max_tokens = fit_max_tokens(
@@ -139,10 +145,17 @@ def _prepare_harmony(state: ServedModel, request: ChatRequest, calls_on: bool) -
     if budget is None:
         budget = state.settings.max_thinking_tokens
     if calls_on and (choice == "required" or isinstance(choice, dict)):
+        # A forced call's turn holds no final message to shape (as _plan: the calls win).
         named = named_tool(request)
         tools = [named] if named is not None else list(request.tools)
         grammar = harmony.forced_call_grammar(tools, budget)
         params.constraint = Constraint("lark", grammar, param="tools")
+    elif user is not None:
+        schema = user.value if user.kind == "json_schema" else None
+        grammar = harmony.final_json_grammar(
+            schema, list(request.tools) if calls_on else [], budget
+        )
+        params.constraint = Constraint("lark", grammar, param=user.param or "response_format")
     elif budget is not None:
         grammar = harmony.thinking_budget_grammar(budget, state.engine.tokenizer.vocab_size)
         params.constraint = Constraint("lark", grammar, param="max_thinking_tokens")

@@ -1,11 +1,12 @@
-"""MXFP4 blocks as Hugging Face checkpoints store them (gpt-oss's experts), read as float.
+"""MXFP4 blocks as Hugging Face checkpoints store them (gpt-oss's experts), repacked into the
+layout met's quantized matmul reads (GGML type 39, ggml's block_mxfp4).
 
-Each block is 32 E2M1 weights (16 bytes, two per byte: the even-indexed weight in the low
-nibble, the odd one in the high) sharing one E8M0 scale byte (2^(s - 127)), as
-transformers' integrations/mxfp4.py reads them. GGUF's MXFP4 (GGML type 39) orders the nibbles
-differently (the first 16 weights low, the last 16 high); met's quantized matmul reads those
-in place. A folder's blocks are dequantized at load: the Hugging Face loader keeps no weight as
-blocks (a GGUF file of the model keeps its experts at the file's size).
+Both formats hold 32 E2M1 weights per block (sign bit 3, then exponent and mantissa) sharing one
+E8M0 scale byte (2^(s - 127)); they differ in where each weight's nibble sits. Hugging Face keeps
+blocks [..., rows, G, 16] and scales [..., rows, G] apart, weight 2i in byte i's low nibble and
+2i + 1 in its high one (transformers' integrations/mxfp4.py). ggml keeps each block as 17 bytes:
+the scale, then weights 0..15 in the low nibbles and 16..31 in the high ones. Repacking moves
+nibbles only, so the values are exactly the checkpoint's and a folder's experts take its size.
 """
 
 from __future__ import annotations
@@ -13,21 +14,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# The E2M1 code points: sign bit 3, then exponent and mantissa.
-E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
-
-def dequantize_hf_mxfp4(blocks: Tensor, scales: Tensor) -> Tensor:
-    """blocks uint8 [..., rows, G, 16] and scales uint8 [..., rows, G] -> float32
-    [..., rows, G * 32] (row r's weights in order along the last axis)."""
+def ggml_mxfp4(blocks: Tensor, scales: Tensor) -> Tensor:
+    """blocks uint8 [..., rows, G, 16] and scales uint8 [..., rows, G] -> ggml's block_mxfp4
+    rows, uint8 [..., rows, G * 17] (row r's blocks in order along the last axis)."""
     if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8:
         raise ValueError("MXFP4 blocks and scales are uint8")
     if blocks.shape[-1] != 16 or blocks.shape[:-1] != scales.shape:
         raise ValueError(
             f"MXFP4 blocks {list(blocks.shape)} and scales {list(scales.shape)} do not match"
         )
-    lut = torch.tensor(E2M1, dtype=torch.float32)
-    values = torch.stack([lut[(blocks & 0x0F).long()], lut[(blocks >> 4).long()]], dim=-1)
-    values = values.reshape(*blocks.shape[:-1], 32)
-    out = torch.ldexp(values, scales.to(torch.int32)[..., None] - 127)
-    return out.reshape(*blocks.shape[:-2], -1)
+    # The block's 32 codes in weight order, then the first 16 low and the last 16 high.
+    codes = torch.stack([blocks & 0x0F, blocks >> 4], dim=-1).reshape(*scales.shape, 32)
+    nibbles = codes[..., :16] | (codes[..., 16:] << 4)
+    packed = torch.cat([scales.unsqueeze(-1), nibbles], dim=-1)
+    return packed.reshape(*scales.shape[:-1], -1)

@@ -5,10 +5,12 @@ alternating (layer 0 slides), YaRN RoPE, NEOX rotation (GGUF rows not permuted).
 
 HF folders keep the experts stacked: gate_up_proj [E, H, 2F] (gate and up interleaved along the
 last axis: gate at even columns), down_proj [E, F, H], or, as OpenAI ships them, MXFP4 blocks
-and scales (gate_up_proj_blocks [E, 2F, H / 32, 16], _scales [E, 2F, H / 32]); they are split
-into the canonical per-expert weights here. YaRN's magnitude is transformers' attention factor
-for a folder and llama.cpp's 1 + 0.1 ln(factor) (times rope.scaling.attn_factor) for a file;
-llama.cpp always rounds YaRN's ramp bounds, a folder says whether to (`truncate`)."""
+and scales (gate_up_proj_blocks [E, 2F, H / 32, 16], _scales [E, 2F, H / 32]: gate at even
+rows); they are split into the canonical per-expert weights here, MXFP4 ones as QuantLinear
+blocks repacked into ggml's layout (met.model.mxfp4), which load_hf keeps or dequantizes.
+YaRN's magnitude is transformers' attention factor for a folder and llama.cpp's
+1 + 0.1 ln(factor) (times rope.scaling.attn_factor) for a file; llama.cpp always rounds YaRN's
+ramp bounds, a folder says whether to (`truncate`)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
-import torch
 from torch import Tensor
 
+from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.families.spec import (
     Family,
@@ -28,7 +30,8 @@ from met.model.families.spec import (
     standard_layers,
     yarn_magnitude,
 )
-from met.model.mxfp4 import dequantize_hf_mxfp4
+from met.model.linear import Weight
+from met.model.mxfp4 import ggml_mxfp4
 
 _SWA_PERIOD = 2  # llama.cpp's load_swa_pattern(ml, 2): even layers slide, odd ones attend fully
 
@@ -74,30 +77,36 @@ def _gguf_config(config: ModelConfig, get: GgufGet) -> None:
         config.rope_attn_factor = float(get("rope.scaling.attn_factor", 1.0)) * magnitude
 
 
-def _stacked(weights: dict[str, Tensor], name: str, dtype: torch.dtype) -> Tensor:
-    """A stacked expert tensor as [E, rows, cols] (rows: the outputs), from MXFP4 blocks or
-    float."""
+def _stacked(weights: dict[str, Tensor], name: str) -> tuple[Tensor, int | None]:
+    """A stacked expert tensor as [E, rows, cols] (rows: the outputs) and, for MXFP4, the input
+    width: float, or the blocks repacked into ggml's layout [E, rows, G * 17] (load_hf keeps
+    them for the C++ forward or dequantizes them)."""
     blocks = weights.pop(name + "_blocks", None)
     if blocks is not None:
-        return dequantize_hf_mxfp4(blocks, weights.pop(name + "_scales")).to(dtype)
-    return weights.pop(name).transpose(1, 2)  # HF multiplies x @ W: its columns are our rows
+        return ggml_mxfp4(blocks, weights.pop(name + "_scales")), blocks.shape[-2] * 32
+    return weights.pop(name).transpose(1, 2), None  # HF multiplies x @ W: its columns, our rows
 
 
-def _split(weights: dict[str, Tensor], prefix: str, parts: dict[str, Tensor]) -> None:
+def _split(
+    weights: dict[str, Weight], prefix: str, parts: dict[str, Tensor], width: int | None = None
+) -> None:
     for part, stacked in parts.items():
         for e, expert in enumerate(stacked):
-            weights[f"{prefix}experts.{e}.{part}"] = expert.contiguous()
+            weight = expert.contiguous()
+            if width is not None:
+                weight = QuantLinear(weight, "MXFP4", weight.shape[0], width)
+            weights[f"{prefix}experts.{e}.{part}"] = weight
 
 
-def _hf_weights(weights: dict[str, Tensor]) -> None:
+def _hf_weights(weights: dict[str, Weight]) -> None:
     """The stacked expert tensors (float or MXFP4) as canonical per-expert weights; gate and up
-    are interleaved along the rows (gate first)."""
-    dtype = weights["embed"].dtype
+    are interleaved along the rows (gate first), in MXFP4 blocks as in float."""
     prefixes = {n.split(_GATE_UP)[0] for n in weights if _GATE_UP in n}
     for p in sorted(prefixes):
-        gate_up = _stacked(weights, p + _GATE_UP, dtype)
-        _split(weights, p, {"w_gate": gate_up[:, 0::2], "w_up": gate_up[:, 1::2]})
-        _split(weights, p, {"w_down": _stacked(weights, p + _DOWN, dtype)})
+        gate_up, width = _stacked(weights, p + _GATE_UP)
+        _split(weights, p, {"w_gate": gate_up[:, 0::2], "w_up": gate_up[:, 1::2]}, width)
+        down, width = _stacked(weights, p + _DOWN)
+        _split(weights, p, {"w_down": down}, width)
         bias = weights.pop(p + _GATE_UP + "_bias")
         down_bias = weights.pop(p + _DOWN + "_bias")
         _split(weights, p, {"b_gate": bias[:, 0::2], "b_up": bias[:, 1::2], "b_down": down_bias})
