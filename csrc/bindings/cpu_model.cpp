@@ -49,10 +49,12 @@ void forward_without_gil(cpu::LlamaForward& self, const cpu::ForwardBatch& batch
 void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr_t cu_seqlens,
                  uintptr_t seq_lens, uintptr_t block_tables, int64_t table_stride,
                  uintptr_t logits_rows, int64_t n_logits, uintptr_t logits, uintptr_t state_slots,
-                 uintptr_t verify) {
+                 uintptr_t verify, uintptr_t checkpoints, int64_t n_checkpoints) {
   cpu::ForwardBatch batch;
   batch.state_slots = ptr<const int32_t>(state_slots);
   batch.verify = ptr<const uint8_t>(verify);
+  batch.checkpoints = ptr<const int64_t>(checkpoints);
+  batch.n_checkpoints = n_checkpoints;
   batch.ids = ptr<const int64_t>(ids);
   batch.rows = cpu::AttnRows{n_rows, ptr<const int32_t>(cu_seqlens), ptr<const int32_t>(seq_lens),
                              ptr<const int32_t>(block_tables), table_stride};
@@ -66,13 +68,17 @@ void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr
 py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t>>& tokens,
                   const std::vector<int32_t>& starts,
                   const std::vector<std::vector<int32_t>>& tables, uintptr_t logits,
-                  const std::vector<int32_t>& state_slots) {
+                  const std::vector<int32_t>& state_slots,
+                  const std::vector<int64_t>& checkpoints) {
   const size_t n_rows = tokens.size();
   if (starts.size() != n_rows || tables.size() != n_rows) {
     throw py::value_error("tokens, starts and tables need one entry per row");
   }
   if (!state_slots.empty() && state_slots.size() != n_rows) {
     throw py::value_error("state_slots: one per row, or none");
+  }
+  if (checkpoints.size() % 3 != 0) {
+    throw py::value_error("checkpoints: (row, position, index) triples, flat");
   }
   size_t stride = 1;
   for (const auto& t : tables) stride = std::max(stride, t.size());
@@ -94,6 +100,8 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
   batch.logits_rows = logits_rows.data();
   batch.n_logits = static_cast<int64_t>(n_rows);
   batch.state_slots = state_slots.empty() ? nullptr : state_slots.data();
+  batch.checkpoints = checkpoints.data();
+  batch.n_checkpoints = static_cast<int64_t>(checkpoints.size() / 3);
   forward_without_gil(self, batch, logits);
   return py::cast(self.argmax());
 }
@@ -109,12 +117,14 @@ void bind_cpu_model(py::module_& m) {
       .def("forward", &run_forward, py::arg("ids"), py::arg("n_rows"), py::arg("cu_seqlens"),
            py::arg("seq_lens"), py::arg("block_tables"), py::arg("table_stride"),
            py::arg("logits_rows"), py::arg("n_logits"), py::arg("logits"),
-           py::arg("state_slots") = 0, py::arg("verify") = 0,
+           py::arg("state_slots") = 0, py::arg("verify") = 0, py::arg("checkpoints") = 0,
+           py::arg("n_checkpoints") = 0,
            "int64 ids, int32 cu_seqlens / seq_lens / block tables, int64 logits rows, fp32 "
            "logits [n_logits, vocab]; with recurrent layers int32 state slots and uint8 verify "
-           "flags per row (0: none verify)")
+           "flags per row (0: none verify) and int64 (row, position, index) checkpoint triples")
       .def("forward_rows", &run_rows, py::arg("tokens"), py::arg("starts"), py::arg("tables"),
            py::arg("logits"), py::arg("state_slots") = std::vector<int32_t>{},
+           py::arg("checkpoints") = std::vector<int64_t>{},
            "rows given as their new tokens, first positions and block tables (and state slots, "
            "with recurrent layers); fills fp32 logits [rows, vocab] of each row's last token and "
            "returns each row's argmax")

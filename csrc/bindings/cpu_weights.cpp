@@ -136,10 +136,12 @@ void bind_recurrent(py::module_& cpu) {
   py::class_<S> s(cpu, "RecurrentState", "where the recurrent layers' float32 state lives");
   s.def(py::init<>())
       .def_readwrite("n_slots", &S::n_slots)
-      .def_readwrite("snap_depth", &S::snap_depth);
+      .def_readwrite("snap_depth", &S::snap_depth)
+      .def_readwrite("n_checkpoints", &S::n_checkpoints);
   for (auto [name, member] :
        {std::pair{"conv", &S::conv}, std::pair{"delta", &S::delta},
-        std::pair{"snap_conv", &S::snap_conv}, std::pair{"snap_delta", &S::snap_delta}}) {
+        std::pair{"snap_conv", &S::snap_conv}, std::pair{"snap_delta", &S::snap_delta},
+        std::pair{"ckpt_conv", &S::ckpt_conv}, std::pair{"ckpt_delta", &S::ckpt_delta}}) {
     s.def_property(
         name, [member](const S& self) { return reinterpret_cast<uintptr_t>(self.*member); },
         [member](S& self, uintptr_t a) { self.*member = reinterpret_cast<float*>(a); });

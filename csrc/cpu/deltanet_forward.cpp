@@ -99,6 +99,10 @@ void LlamaForward::set_recurrent_state(const RecurrentState& state) {
       (state.snap_delta == nullptr) != (state.snap_depth == 0)) {
     fail("snapshots: both pools and a depth, or none");
   }
+  if ((state.ckpt_conv == nullptr) != (state.n_checkpoints == 0) ||
+      (state.ckpt_delta == nullptr) != (state.n_checkpoints == 0)) {
+    fail("checkpoints: both pools and a count, or none");
+  }
   state_ = state;
 }
 
@@ -119,6 +123,27 @@ void LlamaForward::plan_recurrent(const ForwardBatch& batch) {
       fail("a verify row of " + std::to_string(q_len) + " tokens needs as many snapshots (" +
            std::to_string(state_.snap_depth) + " kept)");
     }
+  }
+  plan_checkpoints(batch);
+}
+
+void LlamaForward::plan_checkpoints(const ForwardBatch& batch) {
+  const AttnRows& rows = batch.rows;
+  ckpt_begin_.assign(static_cast<size_t>(rows.n_rows + 1), batch.n_checkpoints);
+  for (int64_t i = batch.n_checkpoints - 1; i >= 0; --i) {
+    const int64_t* c = batch.checkpoints + 3 * i;
+    const int64_t b = c[0], pos = c[1], index = c[2];
+    const bool in_order = i + 1 == batch.n_checkpoints || b < c[3] || (b == c[3] && pos < c[4]);
+    const bool row_ok = b >= 0 && b < rows.n_rows && in_order;
+    const int64_t q_len = row_ok ? rows.cu_seqlens[b + 1] - rows.cu_seqlens[b] : 0;
+    const bool verify = row_ok && batch.verify != nullptr && batch.verify[b] != 0;
+    if (!row_ok || q_len < 2 || verify || pos <= rows.seq_lens[b] - q_len ||
+        pos > rows.seq_lens[b] || index < 0 || index >= state_.n_checkpoints) {
+      fail("state checkpoint " + std::to_string(i) +
+           ": (row, position, index) in order, inside a prefill row of 2+ tokens, index in 0.." +
+           std::to_string(state_.n_checkpoints - 1));
+    }
+    for (int64_t r = 0; r <= b; ++r) ckpt_begin_[static_cast<size_t>(r)] = i;
   }
 }
 
@@ -180,7 +205,10 @@ void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batc
       const int64_t slot = batch.state_slots[b];
       float* last = pool + (slot * channels + c) * kept;
       const bool verify = batch.verify != nullptr && batch.verify[b] != 0;
-      for (int64_t t = rows.cu_seqlens[b]; t < rows.cu_seqlens[b + 1]; ++t) {
+      const int64_t first = rows.cu_seqlens[b],
+                    position = rows.seq_lens[b] - rows.cu_seqlens[b + 1];
+      int64_t mark = ckpt_begin_[static_cast<size_t>(b)];
+      for (int64_t t = first; t < rows.cu_seqlens[b + 1]; ++t) {
         const float x = qkv[t * channels + c];
         float sum = 0.0f;
         for (int64_t j = 0; j < kept; ++j) sum += weight[j] * last[j];
@@ -188,8 +216,14 @@ void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batc
         std::memmove(last, last + 1, sizeof(float) * (kept - 1));
         last[kept - 1] = x;
         ssm_mixed_[t * channels + c] = silu(sum);
+        if (mark < ckpt_begin_[static_cast<size_t>(b + 1)] &&
+            batch.checkpoints[3 * mark + 1] == position + t + 1) {
+          const int64_t at = batch.checkpoints[3 * mark + 2] * n_recurrent_ + w.state_index;
+          std::memcpy(state_.ckpt_conv + (at * channels + c) * kept, last, sizeof(float) * kept);
+          ++mark;
+        }
         if (!verify) continue;
-        const int64_t token = t - rows.cu_seqlens[b];
+        const int64_t token = t - first;
         const int64_t snap = (w.state_index * state_.n_slots + slot) * state_.snap_depth + token;
         std::memcpy(state_.snap_conv + (snap * channels + c) * kept, last, sizeof(float) * kept);
       }
@@ -257,10 +291,14 @@ void LlamaForward::delta_items(const LayerWeights& w, const ForwardBatch& batch)
       }
       continue;
     }
-    // Chunks end at multiples of kDeltaChunk positions, wherever the row starts.
+    // Chunks end at multiples of kDeltaChunk positions, wherever the row starts, and at its
+    // checkpoints (the state there is what a resumed row starts from).
     const int64_t start = rows.seq_lens[b] - n;
+    int64_t mark = ckpt_begin_[static_cast<size_t>(b)];
+    const int64_t marks_end = ckpt_begin_[static_cast<size_t>(b + 1)];
     for (int64_t i = 0; i < n;) {
-      const int64_t len = std::min(n - i, kDeltaChunk - (start + i) % kDeltaChunk);
+      int64_t len = std::min(n - i, kDeltaChunk - (start + i) % kDeltaChunk);
+      if (mark < marks_end) len = std::min(len, batch.checkpoints[3 * mark + 1] - start - i);
       const DeltaChunk c{q + i * channels,
                          k + i * channels,
                          v + i * channels,
@@ -277,6 +315,11 @@ void LlamaForward::delta_items(const LayerWeights& w, const ForwardBatch& batch)
                          vh};
       delta_rule_chunk_head(c, scratch);
       i += len;
+      if (mark < marks_end && batch.checkpoints[3 * mark + 1] == start + i) {
+        const int64_t at = batch.checkpoints[3 * mark + 2] * n_recurrent_ + w.state_index;
+        std::memcpy(state_.ckpt_delta + (at * vh + h) * per_head, state, sizeof(float) * per_head);
+        ++mark;
+      }
     }
   }
 }

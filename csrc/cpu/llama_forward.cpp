@@ -103,6 +103,7 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   path_ = active_path();
   isa_ = isa_for(path_);
   attend_ = detail::attention_item_for(path_);
+  n_recurrent_ = n_recurrent;
   if (has_recurrent_) {
     ssm_scratch_stride_ = delta_chunk_scratch(kDeltaChunk, d.recurrent.v_dim);
     ssm_scratch_.resize(static_cast<size_t>(n_threads_ * ssm_scratch_stride_));

@@ -145,7 +145,9 @@ struct RecurrentDims {
 // The recurrent layers' state per sequence slot (python/met/model/deltanet.py RecurrentState,
 // float32): conv [layers, slots, conv_dim, kernel - 1], delta [layers, slots, v_heads, k_dim,
 // v_dim]; a verify row's state after each of its tokens in snap_conv / snap_delta [layers,
-// slots, snap_depth, ...] (null, depth 0: none kept yet).
+// slots, snap_depth, ...] (null, depth 0: none kept yet); checkpoints, one sequence's state as
+// of some position each (a prefix cache resumes from them), in ckpt_conv / ckpt_delta
+// [n_checkpoints, layers, ...] (null, 0: none).
 struct RecurrentState {
   float* conv = nullptr;
   float* delta = nullptr;
@@ -153,6 +155,9 @@ struct RecurrentState {
   float* snap_delta = nullptr;
   int64_t n_slots = 0;
   int64_t snap_depth = 0;
+  float* ckpt_conv = nullptr;
+  float* ckpt_delta = nullptr;
+  int64_t n_checkpoints = 0;
 };
 
 constexpr int64_t kDeltaChunk = 64;  // tokens per chunk of a recurrent layer's prefill
@@ -222,6 +227,10 @@ struct ForwardBatch {
   // each token is kept in RecurrentState's snapshots).
   const int32_t* state_slots = nullptr;
   const uint8_t* verify = nullptr;
+  // (row, position, index) triples in (row, position) order: the row's state as of `position`
+  // (inside a prefill row of 2+ tokens) is written into checkpoint `index`.
+  const int64_t* checkpoints = nullptr;
+  int64_t n_checkpoints = 0;
 };
 
 class LlamaForward {
@@ -269,6 +278,7 @@ class LlamaForward {
   void recurrent_block(const LayerWeights& w, const ForwardBatch& batch, int64_t n_tokens);
   void check_recurrent(const LayerWeights& l) const;
   void plan_recurrent(const ForwardBatch& batch);
+  void plan_checkpoints(const ForwardBatch& batch);
   void reset_new_rows(const ForwardBatch& batch);
   void conv_channels(const LayerWeights& w, const ForwardBatch& batch);
   void delta_inputs(const LayerWeights& w, int64_t n_tokens);
@@ -340,6 +350,8 @@ class LlamaForward {
   // each, the rule's output [tokens, value_width], per-thread scratch of the chunk form.
   RecurrentState state_;
   bool has_recurrent_ = false;
+  int64_t n_recurrent_ = 0;
+  std::vector<int64_t> ckpt_begin_;  // each row's first checkpoint triple (n_rows + 1)
   std::vector<float> ssm_proj_, ssm_mixed_, ssm_g_, ssm_beta_, ssm_o_, ssm_scratch_;
   int64_t ssm_scratch_stride_ = 0;
 };

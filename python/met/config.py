@@ -27,6 +27,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     enable_prefix_cache: bool = True
+    # A hybrid model's prefix cache keeps this many recurrent-state checkpoints, each one
+    # sequence's state (met.engine.hybrid); None: max_num_seqs.
+    state_checkpoints: int | None = None
     max_queue: int = 256
     tensor_parallel_size: int = 1  # ranks each holding 1/N of every layer (met.parallel)
     # With tensor_parallel_size N > 1: a MoE's experts are split over the N ranks, E/N whole

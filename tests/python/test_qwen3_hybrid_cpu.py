@@ -83,6 +83,26 @@ def test_a_prompt_split_at_64_positions_is_the_same_bits(blocks):
     assert torch.equal(ends[0], ends[1])
 
 
+def _forward(runner: PagedRunner, name: str, tokens: list[int], **state) -> torch.Tensor:
+    """One row of `tokens` for sequence `name` with the given state arguments."""
+    (start,) = runner.reserve([(name, tokens)])
+    runner.state_slots.setdefault(name, len(runner.state_slots))
+    table, bs, n = runner.tables[name], runner.cache.block_size, len(tokens)
+    positions = [start + i for i in range(n)]
+    return runner.model.forward(
+        runner.cache,
+        torch.tensor(tokens),
+        torch.tensor(positions),
+        torch.tensor([table[p // bs] * bs + p % bs for p in positions]),
+        torch.tensor([table], dtype=torch.int32),
+        torch.tensor([runner.lens[name]], dtype=torch.int32),
+        torch.tensor([0, n], dtype=torch.int32),
+        torch.arange(n),
+        state_slots=torch.tensor([runner.state_slots[name]]),
+        **state,
+    )
+
+
 def test_a_verify_row_restores_to_what_decoding_leaves(blocks):
     """A verify row of 4 tokens, then the state put back to after its first 2: the same state
     and next logits as decoding those 2 one at a time."""
@@ -93,30 +113,38 @@ def test_a_verify_row_restores_to_what_decoding_leaves(blocks):
         decoded.step([("s", [token])])
     verified = _cpp(blocks)
     verified.step([("s", prompt)])
-    rows = [("s", drafts)]
-    starts = verified.reserve(rows)
-    table = verified.tables["s"]
+    _forward(verified, "s", drafts, verify_rows=torch.tensor([1]))
     cache, slot = verified.cache, verified.state_slots["s"]
-    bs = cache.block_size
-    positions = [starts[0] + i for i in range(4)]
-    verified.model.forward(
-        cache,
-        torch.tensor(drafts),
-        torch.tensor(positions),
-        torch.tensor([table[p // bs] * bs + p % bs for p in positions]),
-        torch.tensor([table], dtype=torch.int32),
-        torch.tensor([verified.lens["s"]], dtype=torch.int32),
-        torch.tensor([0, 4], dtype=torch.int32),
-        torch.arange(4),
-        state_slots=torch.tensor([slot]),
-        verify_rows=torch.tensor([1]),
-    )
     cache.state.restore(slot, 2)
     verified.lens["s"] -= 2
     want = decoded.cache.state
     assert torch.equal(cache.state.conv[:, slot], want.conv[:, decoded.state_slots["s"]])
     assert torch.equal(cache.state.delta[:, slot], want.delta[:, decoded.state_slots["s"]])
     assert torch.equal(verified.step([("s", [50])])[0], decoded.step([("s", [50])])[0])
+
+
+def test_checkpoints_hold_the_state_the_torch_forward_keeps(blocks):
+    """A prefill row writes its state as of positions 16 and 40 into checkpoints 1 and 0: what
+    the torch forward writes (up to float sums' order), the last one the
+    row's final state bit for bit; a checkpoint outside a prefill row is refused."""
+    prompt = [(7 * i) % 90 + 3 for i in range(40)]
+    marks = torch.tensor([[0, 16, 1], [0, 40, 0]])
+    runners = [PagedRunner(blocks, num_blocks=48, block_size=4, seed=1), _cpp(blocks)]
+    for runner in runners:
+        runner.cache.state.keep_checkpoints(2)
+        _forward(runner, "p", prompt, state_checkpoints=marks)
+    (torch_state, cpp_state) = (r.cache.state for r in runners)
+    slot = runners[1].state_slots["p"]
+    assert torch.equal(cpp_state.ckpt_conv[0], cpp_state.conv[:, slot])
+    assert torch.equal(cpp_state.ckpt_delta[0], cpp_state.delta[:, slot])
+    for name in ("ckpt_conv", "ckpt_delta"):
+        want = getattr(torch_state, name)
+        # One prefill: only float sums' order differs (measured 1e-6 of the largest).
+        torch.testing.assert_close(
+            getattr(cpp_state, name), want, atol=1e-4 * want.abs().max(), rtol=0
+        )
+    with pytest.raises(ValueError, match="state checkpoint 0: .*inside a prefill row"):
+        _forward(runners[1], "q", prompt[:8], state_checkpoints=torch.tensor([[0, 9, 0]]))
 
 
 def test_bad_state_slots_are_clear_errors(blocks):

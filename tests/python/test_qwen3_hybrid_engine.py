@@ -1,11 +1,10 @@
 """A hybrid model (Qwen3.5-MoE's recurrent + gated attention layers) through the engine: each
 sequence's recurrent state zeroed at admission, carried across prefill chunks and moved with its
-slot, every slot free again after finish, abort and preemption; prefix caching and speculation
-switched off (hit = miss, spec on = off), greedy tokens batch-invariant and transformers' own."""
+slot, every slot free again after finish, abort and preemption; speculation exact (spec on =
+off), greedy tokens batch-invariant and transformers' own (prefix caching: test_qwen3_hybrid_
+prefix.py)."""
 
 from __future__ import annotations
-
-import logging
 
 import pytest
 import torch
@@ -79,18 +78,6 @@ def test_the_pools_hold_kv_of_attention_layers_and_state_of_recurrent_ones(hybri
         )
         one_layer = 2 * config.n_kv_heads * config.head_dim * 4  # float32 K and V of one layer
         assert llm.engine.capacity.kv_token_bytes == one_layer
-
-
-def test_prefix_cache_is_off_and_changes_nothing(hybrid, caplog):
-    _, path = hybrid
-    with caplog.at_level(logging.INFO, logger="met.engine"):
-        llm = met.LLM(model=str(path), **OPTIONS)
-    with llm:
-        first, again = _tokens(llm, PROMPTS[:1]), _tokens(llm, PROMPTS[:1])
-        assert llm.engine.stats().prefix_cache_hit_tokens == 0
-    assert "prefix caching is off: the model has recurrent layers" in caplog.text
-    with met.LLM(model=str(path), **dict(OPTIONS, enable_prefix_cache=False)) as llm:
-        assert first == again == _tokens(llm, PROMPTS[:1])
 
 
 @pytest.mark.slow  # 600 greedy tokens twice: acceptances start after about a hundred

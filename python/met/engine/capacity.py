@@ -21,8 +21,9 @@ from met.engine.kv_budget import (
 )
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
-from met.model.deltanet import DeltaNetLayer, state_bytes
+from met.model.deltanet import DeltaNetLayer
 from met.model.moe import MoeBlock
+from met.model.recurrent_state import state_bytes
 
 # A typical request's prompt + output, for the second figure of the plan.
 _EXAMPLE_TOKENS = 1024

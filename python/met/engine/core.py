@@ -16,7 +16,7 @@ from met import _core
 from met.config import EngineConfig
 from met.constraints import ModelGrammar
 from met.engine.capacity import plan_capacity
-from met.engine.hybrid import hybrid_off
+from met.engine.hybrid import hybrid_off, state_checkpoints
 from met.engine.kv_budget import kv_dtype
 from met.engine.output import RequestOutputState
 from met.engine.outputs import CompletionDelta, EngineStats, SpecStats, TokenLogprob
@@ -115,7 +115,10 @@ class EngineCore:
     def _make_backend(self, kv_cache, num_blocks: int) -> TorchBackend:
         if self.config.tensor_parallel_size == 1:
             forward = _fast_forward(self.model, kv_cache, self.max_model_len, self.config)
-            return TorchBackend(forward, kv_cache, self.blocks, self.config.max_num_seqs)
+            checkpoints = state_checkpoints(kv_cache, self.blocks, self.config)
+            return TorchBackend(
+                forward, kv_cache, self.blocks, self.config.max_num_seqs, checkpoints
+            )
         from met.parallel.dist import start_rank0
         from met.parallel.tp_backend import TensorParallelBackend
 

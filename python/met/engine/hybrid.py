@@ -1,28 +1,150 @@
-"""What the engine turns off for a hybrid model (recurrent layers beside attention, Qwen3.5 /
-Qwen3-Next), where it would otherwise give wrong tokens silently.
+"""What the engine does differently for a hybrid model (recurrent layers beside attention,
+Qwen3.5 / Qwen3-Next): refusing what it cannot run, and prefix caching through state checkpoints.
 
-Prefix caching: cached KV blocks resume attention layers only; a recurrent layer would need its
-state as of the cached prefix, which met does not checkpoint yet. It is switched off with a log
-line; tensor parallelism (which does not split recurrent layers) is refused. Speculation stays on:
-a verify row keeps the recurrent state after each of its tokens and the backend puts back the
-one after the last accepted token (model/deltanet.py, RecurrentState.restore).
+Cached KV blocks resume attention layers only; a recurrent layer needs its state as of the cached
+prefix. So the forward keeps the recurrent state at block boundaries (RecurrentState's checkpoint
+pool): at the end of each prompt's last full block (what the next turn of a chat, or the same
+prompt again, resumes from) and every `interval` positions inside a prompt (what another prompt
+with the same system prompt and tools resumes from). A new prompt resumes from the longest
+checkpointed boundary whose KV blocks are still cached; the checkpoints are kept least recently
+used first out, and one whose blocks were evicted is dropped when a lookup finds them gone.
+Speculation stays exact: a verify row keeps the recurrent state after each of its tokens and the
+backend puts back the one after the last accepted token (RecurrentState.restore). Tensor
+parallelism (which does not split recurrent layers) is refused.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from collections.abc import Sequence
 
+from met import _core
 from met.config import EngineConfig
+from met.engine.forward_rows import Row
+from met.model.recurrent_state import RecurrentState
 
 log = logging.getLogger("met.engine")
 
+# Positions between checkpoints inside a prompt: a multiple of 64, where the C++ forward's
+# prefill chunks end anyway, so a checkpoint there adds no chunk boundary.
+CHECKPOINT_INTERVAL = 512
+
 
 def hybrid_off(model: object, config: EngineConfig) -> None:
-    """Switch off, in `config`, what a model with recurrent layers cannot run yet."""
-    if not getattr(model, "recurrent_layers", None):
-        return
-    if config.tensor_parallel_size > 1:
+    """Refuse, from `config`, what a model with recurrent layers cannot run."""
+    if getattr(model, "recurrent_layers", None) and config.tensor_parallel_size > 1:
         raise ValueError("tensor parallelism does not split recurrent layers (hybrid models)")
-    if config.enable_prefix_cache:
-        log.info("prefix caching is off: the model has recurrent layers (no state checkpoints)")
-        config.enable_prefix_cache = False
+
+
+class StateCheckpoints:
+    """The checkpoints of a hybrid model's recurrent state, keyed by the tokens before them (one
+    hash chained block by block, as the block manager's prefix hashes are)."""
+
+    def __init__(
+        self,
+        state: RecurrentState,
+        count: int,
+        block_size: int,
+        interval: int = CHECKPOINT_INTERVAL,
+    ) -> None:
+        if count < 1 or interval % block_size:
+            raise ValueError("state checkpoints: a count >= 1, an interval of whole blocks")
+        state.keep_checkpoints(count)
+        self.state, self.block_size, self.interval = state, block_size, interval
+        self._index: OrderedDict[int, int] = OrderedDict()  # key -> checkpoint, oldest first
+        self._free = list(range(count - 1, -1, -1))
+        self._pending: list[tuple[int, int]] = []  # (key, index) the running forward writes
+
+    def resume(self, blocks: _core.BlockManager, seq: _core.Sequence, prompt: Sequence[int]) -> int:
+        """Allocate `seq`'s blocks from the longest cached prefix a checkpoint resumes, restore
+        that checkpoint into its slot and return the prefix's length (0: none)."""
+        seq_id, bs = seq.session_hash, self.block_size
+        keys = self._keys(prompt, (len(prompt) - 1) // bs)
+        for boundary in range(len(keys), 0, -1):
+            index = self._index.get(keys[boundary - 1])
+            if index is None:
+                continue
+            length = boundary * bs
+            # Only the blocks before the checkpoint: those after it are computed anew.
+            if blocks.allocate_prefix(seq_id, list(prompt[: length + 1])) == length:
+                self._index.move_to_end(keys[boundary - 1])
+                self.state.restore_checkpoint(index, seq.slot)
+                return length
+            blocks.release(seq_id)
+            self._drop(keys[boundary - 1])  # its blocks were evicted
+        blocks.allocate_prefix(seq_id, [])
+        return 0
+
+    def plan(self, rows: list[Row], history: dict[int, list[int]]) -> list[int]:
+        """The (row, position, index) triples, flat, of the checkpoints this forward's prompt
+        rows pass; their keys count once the forward has run (commit)."""
+        marks: list[int] = []
+        for i, row in enumerate(rows):
+            end = row.start + len(row.tokens)
+            if row.draft or len(row.tokens) < 2 or row.start >= row.seq.prompt_len:
+                continue
+            known = history.get(row.seq.session_hash, []) + row.tokens
+            for position in self._positions(row.start, min(end, row.seq.prompt_len), row):
+                key = self._keys(known, position // self.block_size)[-1]
+                if key in self._index:
+                    self._index.move_to_end(key)
+                    continue
+                index = self._take()
+                if index is None:  # every checkpoint is being written this step
+                    break
+                self._pending.append((key, index))
+                marks += [i, position, index]
+        return marks
+
+    def commit(self) -> None:
+        """The planned checkpoints were written."""
+        for key, index in self._pending:
+            self._index[key] = index
+        self._pending.clear()
+
+    def abandon(self) -> None:
+        """The planned checkpoints were not written (the forward failed)."""
+        self._free += [index for _, index in self._pending]
+        self._pending.clear()
+
+    def _positions(self, start: int, end: int, row: Row) -> list[int]:
+        # Block boundaries in (start, end]: every interval's, and the prompt's last full block.
+        last = row.seq.prompt_len // self.block_size * self.block_size
+        wanted = {p for p in range(start + 1, end + 1) if p % self.interval == 0}
+        if start < last <= end:
+            wanted.add(last)
+        return sorted(wanted)
+
+    def _take(self) -> int | None:
+        if not self._free and self._index:
+            self._free.append(self._index.popitem(last=False)[1])  # the least recently used
+        return self._free.pop() if self._free else None
+
+    def _drop(self, key: int) -> None:
+        self._free.append(self._index.pop(key))
+
+    def _keys(self, tokens: Sequence[int], blocks: int) -> list[int]:
+        keys, last, bs = [], 0, self.block_size
+        for j in range(blocks):
+            last = hash((last, tuple(tokens[j * bs : (j + 1) * bs])))
+            keys.append(last)
+        return keys
+
+
+def state_checkpoints(
+    kv_cache: object, blocks: _core.BlockManager, config: EngineConfig
+) -> StateCheckpoints | None:
+    """A hybrid model's checkpoints when the prefix cache is on (None otherwise)."""
+    state = getattr(kv_cache, "state", None)
+    if state is None or not blocks.prefix_cache_enabled():
+        return None
+    count = config.state_checkpoints or config.max_num_seqs
+    checkpoints = StateCheckpoints(state, count, config.block_size, CHECKPOINT_INTERVAL)
+    size = checkpoints.state.ckpt_conv.nbytes + checkpoints.state.ckpt_delta.nbytes
+    log.info(
+        "prefix caching of a hybrid model: up to %d recurrent-state checkpoints (%.1f MiB)",
+        count,
+        size / 2**20,
+    )
+    return checkpoints

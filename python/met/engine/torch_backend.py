@@ -14,6 +14,7 @@ import torch
 from met import _core
 from met.constraints import MaskPrefetch, SequenceGrammar
 from met.engine.forward_rows import Row, decode_rows, pack_rows, slice_row, verify_rows
+from met.engine.hybrid import StateCheckpoints
 from met.engine.kernel_sampling import kernel_params, kernel_samples
 from met.engine.prompt_logprobs import PromptScores
 from met.model.sampler import SampleSpec, sample
@@ -23,7 +24,14 @@ from met.model.sampler import SampleSpec, sample
 
 
 class TorchBackend(_core.Backend):
-    def __init__(self, model, kv_cache, block_manager: _core.BlockManager, max_slots: int) -> None:
+    def __init__(
+        self,
+        model,
+        kv_cache,
+        block_manager: _core.BlockManager,
+        max_slots: int,
+        checkpoints: StateCheckpoints | None = None,
+    ) -> None:
         _core.Backend.__init__(self)
         self.model = model
         self.kv_cache = kv_cache
@@ -55,6 +63,10 @@ class TorchBackend(_core.Backend):
         self._kernel_sample = getattr(model, "kernel_sample", None)
         # A hybrid model's recurrent state per slot (model/deltanet.py); None for attention only.
         self._state = getattr(kv_cache, "state", None)
+        # Its prefix cache's recurrent-state checkpoints (engine/hybrid.py); None: no prefix
+        # cache or no recurrent layers.
+        self.checkpoints = checkpoints
+        self._marks: list[int] = []  # the checkpoints of the forward being run, flat triples
 
     # --- silent queries ---
     def vocab_size(self) -> int:
@@ -72,7 +84,10 @@ class TorchBackend(_core.Backend):
     def match_prefix(self, seq: _core.Sequence, prompt: list[int]) -> int:
         # A prompt being scored is computed whole: cached positions would have no logits.
         scoring = seq.session_hash in self.prompt_scores
-        cached = self.blocks.allocate_prefix(seq.session_hash, [] if scoring else list(prompt))
+        if self.checkpoints is not None and not scoring:
+            cached = self.checkpoints.resume(self.blocks, seq, prompt)
+        else:
+            cached = self.blocks.allocate_prefix(seq.session_hash, [] if scoring else list(prompt))
         self.cached_tokens[seq.session_hash] = cached
         if cached:
             self._history[seq.session_hash] = list(prompt[:cached])
@@ -188,6 +203,22 @@ class TorchBackend(_core.Backend):
         if self.constraints:
             self._prefetch_masks(rows)
         self._logits_stream = stream
+        marks = self.checkpoints.plan(rows, self._history) if self.checkpoints else []
+        try:
+            self._run_rows(rows, tables, stream, spread, marks)
+        except BaseException:
+            if self.checkpoints:
+                self.checkpoints.abandon()
+            raise
+        if self.checkpoints:
+            self.checkpoints.commit()
+        for row, table in zip(rows, tables, strict=True):
+            self._advance(row, table)
+
+    def _run_rows(
+        self, rows: list[Row], tables: list[list[int]], stream: int, spread: int, marks: list[int]
+    ) -> None:
+        self._marks = marks  # a hybrid's state checkpoints (_pack, forward_rows)
         with self._on(stream):
             scored = self._scored_rows(rows)
             if scored:
@@ -198,16 +229,14 @@ class TorchBackend(_core.Backend):
                 self._greedy = None
             elif self._forward_rows is not None:
                 starts = [row.start for row in rows]
-                # A hybrid's rows carry their recurrent state slots.
-                slots = [] if self._state is None else [[row.seq.slot for row in rows]]
+                # A hybrid's rows carry their recurrent state slots and checkpoints.
+                state = [] if self._state is None else [[row.seq.slot for row in rows], marks]
                 self._logits, self._greedy = self._forward_rows(
-                    [row.tokens for row in rows], starts, tables, *slots
+                    [row.tokens for row in rows], starts, tables, *state
                 )
             else:
                 self._logits = self._run_model(self._pack(rows, tables))
                 self._greedy = None
-        for row, table in zip(rows, tables, strict=True):
-            self._advance(row, table)
 
     def _scored_rows(self, rows: list[Row]) -> dict[int, PromptScores]:
         """Rows (by index) whose every position's logits score a prompt."""
@@ -275,6 +304,8 @@ class TorchBackend(_core.Backend):
             if any(row.draft for row in rows):
                 drafts = [row.draft for row in rows]
                 inputs["verify_rows"] = torch.tensor(drafts, device=self.model.device)
+            if self._marks:
+                inputs["state_checkpoints"] = torch.tensor(self._marks).view(-1, 3)
         return inputs
 
     def _reserve(self, row: Row) -> list[int]:

@@ -15,11 +15,12 @@ from torch import Tensor
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
-from met.model.deltanet import DeltaNetLayer, RecurrentState
+from met.model.deltanet import DeltaNetLayer
 from met.model.families.spec import LayerSpec
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
+from met.model.recurrent_state import RecurrentState
 
 
 def _weight(w: QuantLinear) -> _core.cpu.QuantWeight:
@@ -98,7 +99,7 @@ class CpuLlama:
             _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
         )
-        self._snapshots = 0  # the address of the snapshots the C++ forward was given
+        self._snapshots = (0, 0)  # where the snapshots and checkpoints the forward has are
         if cache.state is not None:
             self._point_at_state()
 
@@ -139,7 +140,11 @@ class CpuLlama:
             pools.snap_conv = _address(state.snap_conv)
             pools.snap_delta = _address(state.snap_delta)
             pools.snap_depth = state.snap_conv.shape[2]
-        self._snapshots = _snapshot_address(state)
+        if state.ckpt_conv is not None:
+            pools.ckpt_conv = _address(state.ckpt_conv)
+            pools.ckpt_delta = _address(state.ckpt_delta)
+            pools.n_checkpoints = state.ckpt_conv.shape[0]
+        self._snapshots = _pool_addresses(state)
         self._impl.set_recurrent_state(pools)
 
     def _own_shape(self, i: int, layer: dict, spec: LayerSpec, out: _core.cpu.LayerWeights) -> None:
@@ -185,6 +190,7 @@ class CpuLlama:
         logits_rows: IntArray,
         state_slots: IntArray | None = None,
         verify_rows: IntArray | None = None,
+        state_checkpoints: IntArray | None = None,
     ) -> Tensor:
         """LlamaModel.forward's arguments and result; positions and slots follow from the block
         tables, seq_lens and cu_seqlens, so the first two are not read again."""
@@ -201,6 +207,7 @@ class CpuLlama:
             raise ValueError("cu_seqlens must end at the number of packed tokens")
         logits = torch.empty(rows.numel(), self.config.vocab, dtype=torch.float32)
         slots, verify = self._state_rows(state_slots, verify_rows, cu)
+        marks = _dense([] if state_checkpoints is None else state_checkpoints, torch.int64)
         self._impl.forward(
             ids.data_ptr(),
             lens.numel(),
@@ -213,6 +220,8 @@ class CpuLlama:
             logits.data_ptr(),
             0 if slots is None else slots.data_ptr(),
             0 if verify is None else verify.data_ptr(),
+            marks.data_ptr(),
+            marks.numel() // 3,
         )
         return logits
 
@@ -228,14 +237,12 @@ class CpuLlama:
         if state_slots is None:
             raise ValueError("a model with recurrent layers needs state_slots")
         slots = _dense(state_slots, torch.int32)
-        if verify_rows is None:
-            return slots, None
-        verify = _dense(verify_rows, torch.uint8)
-        lengths = (cu[1:] - cu[:-1])[verify.bool()]
+        verify = None if verify_rows is None else _dense(verify_rows, torch.uint8)
+        lengths = (cu[1:] - cu[:-1])[verify.bool()] if verify is not None else cu[:0]
         if lengths.numel():
             self.cache.state.keep_snapshots(int(lengths.max()))
-            if self._snapshots != _snapshot_address(self.cache.state):
-                self._point_at_state()
+        if self._snapshots != _pool_addresses(self.cache.state):
+            self._point_at_state()
         return slots, verify
 
     def forward_rows(
@@ -244,14 +251,18 @@ class CpuLlama:
         starts: list[int],
         tables: list[list[int]],
         state_slots: list[int] | None = None,
+        state_checkpoints: list[int] | None = None,
     ) -> tuple[Tensor, list[int]]:
         """Logits [rows, vocab] of each row's last token and each row's argmax (torch.argmax's
         pick); a row is its new tokens, the position of the first and its block table (and,
-        with recurrent layers, its state slot). The backend's path: packing and the greedy pick
+        with recurrent layers, its state slot; state_checkpoints: flat (row, position, index)
+        triples, as forward's). The backend's path: packing and the greedy pick
         happen in C++, so a step creates one torch tensor."""
         logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
-        slots = state_slots or []
-        greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr(), slots)
+        if self.cache.state is not None and self._snapshots != _pool_addresses(self.cache.state):
+            self._point_at_state()
+        slots, marks = state_slots or [], state_checkpoints or []
+        greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr(), slots, marks)
         return logits, greedy
 
 
@@ -332,8 +343,10 @@ def _projections(mixer: DeltaNetLayer) -> list[_core.cpu.QuantWeight]:
     ]
 
 
-def _snapshot_address(state: RecurrentState) -> int:
-    return 0 if state.snap_conv is None else state.snap_conv.data_ptr()
+def _pool_addresses(state: RecurrentState) -> tuple[int, int]:
+    """Where the snapshots and checkpoints are now (0: not allocated)."""
+    pools = (state.snap_conv, state.ckpt_conv)
+    return tuple(0 if t is None else t.data_ptr() for t in pools)
 
 
 def _dense_table(table: Tensor) -> Tensor:

@@ -33,75 +33,10 @@ from met.kernels import cpu_delta
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import RecurrentShape
 from met.model.linear import Weight, linear
+from met.model.recurrent_state import RecurrentState
 
 CHUNK = 64  # tokens per chunk of the chunkwise prefill form
 L2_EPS = 1e-6  # transformers' and flash-linear-attention's l2norm epsilon
-
-
-@dataclass
-class RecurrentState:
-    """Every recurrent layer's state per slot: conv [layers, slots, conv_dim, kernel - 1] (the
-    last kernel - 1 inputs of the conv, in the model dtype) and delta [layers, slots, v_heads,
-    k_dim, v_dim] (float32). A verify row (speculation) keeps the state after each of its
-    tokens in snap_conv / snap_delta [layers, slots, tokens, ...], so that the state as of its
-    last accepted token can be put back (restore)."""
-
-    conv: Tensor
-    delta: Tensor
-    snap_conv: Tensor | None = None
-    snap_delta: Tensor | None = None
-
-    @classmethod
-    def allocate(
-        cls,
-        shape: RecurrentShape,
-        n_layers: int,
-        n_slots: int,
-        dtype: torch.dtype,
-        device: torch.device | str = "cpu",
-    ) -> RecurrentState:
-        conv = (n_layers, n_slots, shape.conv_dim, shape.kernel - 1)
-        delta = (n_layers, n_slots, shape.v_heads, shape.k_dim, shape.v_dim)
-        return cls(
-            torch.zeros(conv, dtype=dtype, device=device),
-            torch.zeros(delta, dtype=torch.float32, device=device),
-        )
-
-    @property
-    def n_slots(self) -> int:
-        return self.conv.shape[1]
-
-    def move(self, source: int, target: int) -> None:
-        """Copy slot `source`'s state to `target` (the scheduler compacting its rows)."""
-        self.conv[:, target] = self.conv[:, source]
-        self.delta[:, target] = self.delta[:, source]
-
-    def keep_snapshots(self, depth: int) -> None:
-        """Room for `depth` tokens' states per slot (allocated on the first verify row)."""
-        if self.snap_conv is None or self.snap_conv.shape[2] < depth:
-            layers, slots = self.conv.shape[:2]
-            self.snap_conv = self.conv.new_zeros(layers, slots, depth, *self.conv.shape[2:])
-            self.snap_delta = self.delta.new_zeros(layers, slots, depth, *self.delta.shape[2:])
-
-    def restore(self, slot: int, tokens: int) -> None:
-        """Slot `slot`'s state as it was after the first `tokens` tokens of its last verify row
-        (the draft tokens after them were rejected)."""
-        self.conv[:, slot] = self.snap_conv[:, slot, tokens - 1]
-        self.delta[:, slot] = self.snap_delta[:, slot, tokens - 1]
-
-    def reset(self, slots: list[int]) -> None:
-        """Zero the slots' state: a sequence starting at position 0 has seen nothing."""
-        if slots:
-            index = torch.tensor(slots, device=self.conv.device)
-            self.conv[:, index] = 0
-            self.delta[:, index] = 0
-
-
-def state_bytes(shape: RecurrentShape, n_layers: int, dtype: torch.dtype) -> int:
-    """One sequence's recurrent state over `n_layers` recurrent layers, in bytes."""
-    conv = shape.conv_dim * (shape.kernel - 1) * torch.empty((), dtype=dtype).element_size()
-    delta = shape.v_heads * shape.k_dim * shape.v_dim * 4
-    return n_layers * (conv + delta)
 
 
 @dataclass(frozen=True)
@@ -113,17 +48,27 @@ class RecurrentRows:
 
     decode_tokens: Tensor | None  # packed indices of single-token rows [D]
     decode_slots: Tensor | None  # their state slots [D]
-    prefill: list[tuple[int, int, int]]  # (start, end, slot) of each longer row
+    # (start, end, slot, marks) of each longer row; marks: (tokens in, checkpoint index) where
+    # its state after that many of its tokens is kept (RecurrentState.ckpt_*).
+    prefill: list[tuple[int, int, int, list[tuple[int, int]]]]
     verify: list[tuple[int, int, int]]  # (start, end, slot) of each verify row
 
     @classmethod
     def plan(
-        cls, cu: list[int], slots: list[int], verify: list[bool], device: torch.device
+        cls,
+        cu: list[int],
+        slots: list[int],
+        verify: list[bool],
+        device: torch.device,
+        marks: dict[int, list[tuple[int, int]]],
     ) -> RecurrentRows:
-        spans = [(cu[b], cu[b + 1], slots[b]) for b in range(len(slots))]
-        checked = [spans[b] for b in range(len(slots)) if verify[b]]
-        single = [b for b in range(len(slots)) if cu[b + 1] - cu[b] == 1 and not verify[b]]
-        prefill = [spans[b] for b in range(len(slots)) if cu[b + 1] - cu[b] > 1 and not verify[b]]
+        rows = range(len(slots))
+        checked = [(cu[b], cu[b + 1], slots[b]) for b in rows if verify[b]]
+        single = [b for b in rows if cu[b + 1] - cu[b] == 1 and not verify[b]]
+        long = [b for b in rows if cu[b + 1] - cu[b] > 1 and not verify[b]]
+        if set(marks) - set(long):
+            raise ValueError("state checkpoints fall inside prefill rows of 2 or more tokens")
+        prefill = [(cu[b], cu[b + 1], slots[b], marks.get(b, [])) for b in long]
         if not single:
             return cls(None, None, prefill, checked)
         tokens = torch.tensor([cu[b] for b in single], device=device)
@@ -138,10 +83,11 @@ def plan_rows(
     state_slots: object,
     device: torch.device,
     verify_rows: object = None,
+    checkpoints: object = None,
 ) -> tuple[RecurrentState, RecurrentRows]:
     """A forward's recurrent state and row plan (the forward's seq_lens, cu_seqlens, one state
-    slot per row and which rows verify drafts); zeroes the state of rows that start at
-    position 0."""
+    slot per row, which rows verify drafts and the (row, position, index) checkpoints to write);
+    zeroes the state of rows that start at position 0."""
     if state_slots is None or state is None:
         raise ValueError("a model with recurrent layers needs state_slots and cache.state")
     ctx = [int(n) for n in torch.as_tensor(seq_lens).tolist()]
@@ -154,7 +100,22 @@ def plan_rows(
     if verify_rows is not None:
         verify = [bool(v) for v in torch.as_tensor(verify_rows).tolist()]
         state.keep_snapshots(max(cu[b + 1] - cu[b] for b in range(len(slots))))
-    return state, RecurrentRows.plan(cu, slots, verify, device)
+    return state, RecurrentRows.plan(cu, slots, verify, device, _marks(state, ctx, cu, checkpoints))
+
+
+def _marks(
+    state: RecurrentState, ctx: list[int], cu: list[int], checkpoints: object
+) -> dict[int, list[tuple[int, int]]]:
+    """Per row, (tokens into the row, checkpoint index) of each checkpoint, in order."""
+    marks: dict[int, list[tuple[int, int]]] = {}
+    for row, position, index in [] if checkpoints is None else checkpoints:
+        row, position, index = int(row), int(position), int(index)
+        first = ctx[row] - (cu[row + 1] - cu[row])
+        count = 0 if state.ckpt_conv is None else state.ckpt_conv.shape[0]
+        if not (first < position <= ctx[row] and 0 <= index < count):
+            raise ValueError(f"state checkpoint at {position} into {index}: outside row {row}")
+        marks.setdefault(row, []).append((position - first, index))
+    return {row: sorted(m) for row, m in marks.items()}
 
 
 def recurrent_step(
@@ -292,11 +253,14 @@ class DeltaNetLayer:
                 token = torch.tensor([t], device=qkv.device)
                 self._conv_step(qkv, out, conv_state, token, one)
                 state.snap_conv[self.index, slot, j] = conv_state[slot]
-        for start, end, slot in rows.prefill:
+        kept = conv_state.shape[-1]
+        for start, end, slot, marks in rows.prefill:
             window = torch.cat([conv_state[slot], qkv[start:end].t()], dim=-1)
             conved = F.conv1d(window[None], self.conv[:, None, :], groups=window.shape[0])
             out[start:end] = conved[0].t()
-            conv_state[slot] = window[:, window.shape[1] - conv_state.shape[-1] :]
+            for tokens, index in marks:  # the last inputs after that many tokens
+                state.ckpt_conv[index, self.index] = window[:, tokens : tokens + kept]
+            conv_state[slot] = window[:, window.shape[1] - kept :]
         return F.silu(out)
 
     def _conv_step(
@@ -326,13 +290,16 @@ class DeltaNetLayer:
             for j, t in enumerate(range(start, end)):
                 _step(inputs, out, delta, torch.tensor([t], device=v.device), one, native)
                 state.snap_delta[self.index, slot, j] = delta[slot]
-        for start, end, slot in rows.prefill:
-            parts = [x[start:end] for x in (q, k, v, g, beta)]
-            if native:
-                out[start:end] = cpu_delta.chunk(*parts, delta[slot], CHUNK)
-                continue
-            o, delta[slot] = chunk_delta_rule(*(x.transpose(0, 1) for x in parts), delta[slot])
-            out[start:end] = o.transpose(0, 1)
+        for start, end, slot, marks in rows.prefill:
+            # A checkpoint ends a piece: the state there is the one a resumed row starts from.
+            a = start
+            for tokens, index in [*marks, (end - start, None)]:
+                if a < start + tokens:
+                    parts = [x[a : start + tokens] for x in inputs]
+                    out[a : start + tokens] = _chunked(parts, delta, slot, native)
+                if index is not None:
+                    state.ckpt_delta[index, self.index] = delta[slot]
+                a = start + tokens
         return out
 
 
@@ -345,6 +312,14 @@ def _step(
         out[t] = cpu_delta.step(q, k, v, g, beta, delta, slots)
     else:
         out[t], delta[slots] = recurrent_step(q, k, v, g, beta, delta[slots])
+
+
+def _chunked(parts: list[Tensor], delta: Tensor, slot: int, native: bool) -> Tensor:
+    """A row's tokens (q, k, v, g, beta) in the chunk form from its slot's state, updated."""
+    if native:
+        return cpu_delta.chunk(*parts, delta[slot], CHUNK)
+    o, delta[slot] = chunk_delta_rule(*(x.transpose(0, 1) for x in parts), delta[slot])
+    return o.transpose(0, 1)
 
 
 def _one_format(parts: list[Weight]) -> bool:

@@ -13,7 +13,7 @@ from torch import Tensor
 from met.model.config import ModelConfig
 
 if TYPE_CHECKING:
-    from met.model.deltanet import RecurrentState
+    from met.model.recurrent_state import RecurrentState
 
 KvShape = tuple[int, int]  # (n_kv_heads, head_dim) of one layer's K (and V) rows
 

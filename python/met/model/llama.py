@@ -16,7 +16,7 @@ from torch import Tensor
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
-from met.model.deltanet import DeltaNetLayer, RecurrentState, plan_rows
+from met.model.deltanet import DeltaNetLayer, plan_rows
 from met.model.kv_cache import PagedKvCache
 from met.model.layer_extras import (
     head_norms,
@@ -27,6 +27,7 @@ from met.model.layer_extras import (
 from met.model.linear import Weight, embedding, fuse_rows, linear
 from met.model.moe import MoeBlock, clamped_swiglu, take_moe_block
 from met.model.paged_attention import IntArray, PagedAttention, _AttnPlan
+from met.model.recurrent_state import RecurrentState
 from met.model.rope import rope_table, rotate_half
 
 
@@ -186,6 +187,7 @@ class LlamaModel(PagedAttention):
         logits_rows: IntArray,
         state_slots: IntArray | None = None,
         verify_rows: IntArray | None = None,
+        state_checkpoints: IntArray | None = None,
         hidden: bool = False,
     ) -> Tensor:
         """Float32 logits [len(logits_rows), vocab] for the chosen packed positions (hidden:
@@ -199,6 +201,8 @@ class LlamaModel(PagedAttention):
         position 0 starts from a zeroed state, any other continues its slot's state.
         verify_rows: [B] 1 for rows verifying drafts (hybrid models): their state after each
         token is kept, for cache.state.restore once the scheduler says how many stand.
+        state_checkpoints: [C, 3] (row, position, index) (hybrid models): the row's recurrent
+        state as of `position` (inside a prefill row) is written into checkpoint `index`.
         """
         dev = self.device
         ids = torch.as_tensor(input_ids, dtype=torch.long).to(dev)
@@ -222,7 +226,9 @@ class LlamaModel(PagedAttention):
         per_layer = None if self.ple is None else self.ple.inputs(ids, x, self._norm)
         recurrent = None
         if self.recurrent_layers:
-            recurrent = plan_rows(cache.state, seq_lens, cu_seqlens, state_slots, dev, verify_rows)
+            recurrent = plan_rows(
+                cache.state, seq_lens, cu_seqlens, state_slots, dev, verify_rows, state_checkpoints
+            )
         fresh: dict[int, tuple[Tensor, Tensor]] = {}  # this step's K/V of the kv_sources
         for i, (layer, spec) in enumerate(zip(self.layers, self.specs, strict=True)):
             if "deltanet" in layer:
