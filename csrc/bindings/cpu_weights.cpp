@@ -87,7 +87,10 @@ void bind_layer(py::module_& cpu) {
       .def_readwrite("ssm_beta", &cpu::LayerWeights::ssm_beta)
       .def_readwrite("ssm_alpha", &cpu::LayerWeights::ssm_alpha)
       .def_readwrite("ssm_out", &cpu::LayerWeights::ssm_out)
-      .def_readwrite("state_index", &cpu::LayerWeights::state_index);
+      .def_readwrite("state_index", &cpu::LayerWeights::state_index)
+      .def_readwrite("per_layer_input", &cpu::LayerWeights::per_layer_input)
+      .def_readwrite("ple_gate", &cpu::LayerWeights::ple_gate)
+      .def_readwrite("ple_proj", &cpu::LayerWeights::ple_proj);
   l.def_property(
       "k_pages", [](const cpu::LayerWeights& w) { return reinterpret_cast<uintptr_t>(w.k_pages); },
       [](cpu::LayerWeights& w, uintptr_t a) { w.k_pages = reinterpret_cast<void*>(a); },
@@ -112,6 +115,7 @@ void bind_layer(py::module_& cpu) {
   address(l, "bo", &cpu::LayerWeights::bo, "float32 [dim] output projection bias; 0: none");
   address(l, "router_bias", &cpu::LayerWeights::router_bias, "float32 [n_experts]; 0: none");
   address(l, "shexp_gate", &cpu::LayerWeights::shexp_gate, "float32 [dim]; 0: no shared expert");
+  address(l, "ple_norm", &cpu::LayerWeights::ple_norm, "float32 [dim] per-layer output norm");
   address(l, "ssm_conv", &cpu::LayerWeights::ssm_conv, "float32 [conv_dim, kernel]");
   address(l, "ssm_dt", &cpu::LayerWeights::ssm_dt, "float32 [v_heads] dt bias");
   address(l, "ssm_a", &cpu::LayerWeights::ssm_a, "float32 [v_heads] -exp(A_log)");
@@ -179,7 +183,8 @@ void bind_dims(py::module_& cpu) {
       .def_readwrite("attn_temp_length", &D::attn_temp_length)
       .def_readwrite("rope_dims", &D::rope_dims)
       .def_readwrite("shared_ffn", &D::shared_ffn)
-      .def_readwrite("recurrent", &D::recurrent);
+      .def_readwrite("recurrent", &D::recurrent)
+      .def_readwrite("per_layer_dim", &D::per_layer_dim);
 }
 
 void bind_weights(py::module_& cpu) {
@@ -188,7 +193,11 @@ void bind_weights(py::module_& cpu) {
   w.def(py::init<>())
       .def_readwrite("embed", &W::embed)
       .def_readwrite("lm_head", &W::lm_head)
-      .def_readwrite("layers", &W::layers);
+      .def_readwrite("layers", &W::layers)
+      .def_readwrite("ple_embed", &W::ple_embed)
+      .def_readwrite("ple_model_proj", &W::ple_model_proj);
+  address(w, "ple_embed_dense", &W::ple_embed_dense, "float32 [vocab, n_layers * D]");
+  address(w, "ple_proj_norm", &W::ple_proj_norm, "float32 [D]");
   address(w, "embed_dense", &W::embed_dense, "float32 [vocab, dim] when embed is not blocks");
   address(w, "norm", &W::norm, "float32 [dim]");
   address(w, "rope_cos", &W::rope_cos, "float32 [max_positions, head_dim / 2]");

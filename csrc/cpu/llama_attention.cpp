@@ -14,7 +14,7 @@ namespace met::cpu {
 void LlamaForward::mixer_input(const LayerWeights& w, int64_t layer, int64_t n_tokens) {
   const detail::QuantActs acts = quant_acts();
   const LayerWeights* prev = layer > 0 ? &w_.layers[static_cast<size_t>(layer - 1)] : nullptr;
-  const float* post_mlp = prev != nullptr ? prev->post_mlp_norm : nullptr;
+  const float* post_mlp = prev != nullptr ? pending_norm(*prev) : nullptr;
   const float* prev_scale = prev != nullptr ? prev->out_scale : nullptr;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait

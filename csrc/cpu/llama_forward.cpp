@@ -43,6 +43,8 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   require(d.max_positions > 0 && d.num_blocks > 0 && d.block_size > 0, "empty RoPE table or pool");
   require(static_cast<int64_t>(w_.layers.size()) == d.n_layers, "one LayerWeights per layer");
   require(w_.embed.data != nullptr || w_.embed_dense != nullptr, "no embedding");
+  require(d.per_layer_dim >= 0 && d.per_layer_dim % kBlock == 0,
+          "per_layer_dim must be a multiple of 32 (the matmuls' blocks)");
   if (w_.embed.data != nullptr) detail::check_weight(w_.embed, d.vocab, d.dim, "embed");
   detail::check_weight(w_.lm_head, d.vocab, d.dim, "lm_head");
   require(w_.norm && w_.rope_cos && w_.rope_sin && k_cache && v_cache, "null pointer");
@@ -65,6 +67,7 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
       detail::check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
       detail::check_weight(l.w_down, d.dim, d.ffn, "w_down");
     }
+    check_per_layer(l);
     if (l.mixer == Mixer::kRecurrent) {
       require(l.state_index == n_recurrent++, "recurrent layers index the state in layer order");
       check_recurrent(l);
@@ -93,7 +96,7 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
     max_q_width_ = std::max(max_q_width_, q_width);
     max_kv_width_ = std::max(max_kv_width_, n_kv * hd);
   }
-  max_k_ = std::max(max_k_, max_q_width_);
+  max_k_ = std::max({max_k_, max_q_width_, d.per_layer_dim});
 #ifdef _OPENMP
   n_threads_ = n_threads > 0 ? n_threads : omp_get_max_threads();
 #else
@@ -164,6 +167,11 @@ void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
   grow(gate_up_, std::max(mlp_rows * 2 * d.ffn, n_tokens * 2 * d.shared_ffn));
   grow(act_, std::max(mlp_rows * d.ffn, n_tokens * d.shared_ffn));
   if (d.shared_ffn > 0) grow(shexp_out_, n_tokens * d.dim);
+  if (d.per_layer_dim > 0) {
+    grow(ple_inputs_, n_tokens * d.n_layers * d.per_layer_dim);
+    grow(ple_tokens_, n_tokens * d.n_layers * d.per_layer_dim);
+    grow(ple_gate_, n_tokens * d.per_layer_dim);
+  }
   if (has_recurrent_) {
     const RecurrentDims& r = d.recurrent;
     grow(ssm_proj_, n_tokens * (r.conv_dim() + r.value_width() + 2 * r.v_heads));
@@ -207,6 +215,7 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
 #endif
     embed(batch, n_tokens);
     barrier_.wait();
+    if (dims_.per_layer_dim > 0) per_layer_inputs(batch, n_tokens);
     for (int64_t layer = 0; layer < dims_.n_layers; ++layer) {
       const LayerWeights& w = w_.layers[static_cast<size_t>(layer)];
       mixer_input(w, layer, n_tokens);
@@ -226,6 +235,7 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
           mlp_block(w, n_tokens);
           break;
       }
+      if (w.per_layer_input) per_layer_block(w, layer, n_tokens);
     }
     head(batch, logits);
   }
@@ -326,7 +336,7 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
     const float* x = x_.data() + t * d.dim;
     const float* delta = delta_.data() + t * d.dim;
     // Into `out`, never in place: a token may be asked for twice.
-    const float* post = w_.layers.back().post_mlp_norm;
+    const float* post = pending_norm(w_.layers.back());
     if (post != nullptr) {
       rms_norm_row(delta, post, out, d.dim, d.norm_eps);
       for (int64_t j = 0; j < d.dim; ++j) out[j] += x[j];

@@ -127,6 +127,13 @@ struct LayerWeights {
   const float* ssm_norm = nullptr;
   QuantWeight ssm_out;
   int64_t state_index = 0;
+  // Gemma 4's per-layer embeddings (LlamaDims::per_layer_dim D): after the MLP, the residual
+  // gets ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * the token's input for this layer)), with
+  // ple_gate [D, dim] and ple_proj [dim, D] in blocks and ple_norm float32 [dim].
+  bool per_layer_input = false;
+  QuantWeight ple_gate;
+  QuantWeight ple_proj;
+  const float* ple_norm = nullptr;
 };
 
 // A Gated DeltaNet layer's shape (python/met/model/config.py RecurrentShape): value head j reads
@@ -201,8 +208,9 @@ struct LlamaDims {
   // Partial RoPE (Qwen3.5): the first rope_dims of each head rotate (the model's tables are
   // [max_positions, rope_dims / 2]); 0: all of them.
   int64_t rope_dims = 0;
-  int64_t shared_ffn = 0;   // the shared expert's width (LayerWeights::shexp_*)
-  RecurrentDims recurrent;  // the Gated DeltaNet layers' shape (all zero: none)
+  int64_t shared_ffn = 0;     // the shared expert's width (LayerWeights::shexp_*)
+  RecurrentDims recurrent;    // the Gated DeltaNet layers' shape (all zero: none)
+  int64_t per_layer_dim = 0;  // Gemma 4's per-layer embeddings' width D (0: none)
 };
 
 struct LlamaWeights {
@@ -213,6 +221,13 @@ struct LlamaWeights {
   std::vector<LayerWeights> layers;
   const float* rope_cos = nullptr;  // [max_positions, head_dim / 2]
   const float* rope_sin = nullptr;
+  // Per-layer embeddings (LlamaDims::per_layer_dim D > 0): each token's inputs for every layer
+  // are (ple_proj_norm per layer slice of ple_model_proj(embedded) / sqrt(dim) + its row of the
+  // [vocab, n_layers * D] table (blocks, or ple_embed_dense) * sqrt(D)) / sqrt(2).
+  QuantWeight ple_embed;
+  const float* ple_embed_dense = nullptr;
+  QuantWeight ple_model_proj;            // [n_layers * D, dim]
+  const float* ple_proj_norm = nullptr;  // [D]
 };
 
 struct ForwardBatch {
@@ -286,6 +301,17 @@ class LlamaForward {
   void gated_output(const LayerWeights& w, int64_t n_tokens);
   // The shared expert of a MoE layer, into shexp_out_ (moe_forward.cpp).
   void shared_expert(const LayerWeights& w, int64_t n_tokens);
+  // Per-layer embeddings (per_layer_inputs.cpp): every layer's inputs of the step's tokens into
+  // ple_inputs_, and a layer's step after its MLP (the MLP's output joined to the residual, the
+  // per-layer output left in delta_ for the next layer to add through ple_norm).
+  void check_per_layer(const LayerWeights& l) const;
+  void per_layer_inputs(const ForwardBatch& batch, int64_t n_tokens);
+  void per_layer_block(const LayerWeights& w, int64_t layer, int64_t n_tokens);
+  // The norm the next layer applies to delta_ before adding it: the per-layer output's, else
+  // the MLP output's (null: none).
+  static const float* pending_norm(const LayerWeights& w) {
+    return w.per_layer_input ? w.ple_norm : w.post_mlp_norm;
+  }
   void mlp_block(const LayerWeights& w, int64_t n_tokens);
   // The MoE MLP (moe_forward.cpp): route each token, group the (token, expert) pairs by expert,
   // run each expert's matmuls over its rows, and sum each token's k outputs into delta_.
@@ -344,6 +370,8 @@ class LlamaForward {
   std::vector<float> pair_weight_, router_logits_, expert_out_;
   std::vector<int64_t> expert_start_, expert_next_;
   std::vector<float> shexp_out_;
+  std::vector<float> ple_inputs_, ple_tokens_,
+      ple_gate_;  // [tokens, n_layers * D], .., [tokens, D]
   // Recurrent layers: their state, the projections one after the other ([tokens, conv_dim],
   // then z, beta and alpha's),
   // the conv output (q, k normalized in place) [tokens, conv_dim], g and beta [tokens, v_heads]

@@ -89,6 +89,9 @@ LINEAR_SUFFIXES = (
     ".ssm_alpha",
     ".ssm_ba",
     ".ssm_out",
+    ".ple_gate",  # Gemma 4's per-layer embeddings
+    ".ple_proj",
+    "ple_model_proj",
     "embed",
     "lm_head",
     FUSED_QKV,

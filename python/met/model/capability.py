@@ -57,10 +57,10 @@ V_NORM = "V norms"
 PER_LAYER_INPUTS = "per-layer embeddings"
 DENSE_AND_MOE = "dense and MoE MLPs side by side"
 SCALED_ROUTER = "scaled MoE routers"
-# Gemma 4's; the C++ CPU forward runs the first four (the 31B's), not the small models'
-# per-layer embeddings nor the 26B's MoE.
+# Gemma 4's; the C++ CPU forward runs the 31B's and the small models' (per-layer embeddings),
+# not the 26B's MoE.
 _GEMMA4 = (LAYER_HEADS, SHARED_KV, K_AS_V, V_NORM, PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
-_NOT_ON_CPU = (PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
+_NOT_ON_CPU = (DENSE_AND_MOE, SCALED_ROUTER)
 
 FEATURES = (
     SLIDING,
@@ -199,8 +199,11 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
     if model.reduce is not None:
         return "tensor parallelism runs the torch forward"
     linears = [model.lm_head]
+    if model.ple is not None:
+        linears.append(model.ple.model_proj)
     for layer in model.layers:
-        linears += [layer[n] for n in ("wqkv", "wo", "w_gate_up", "w_down") if n in layer]
+        names = ("wqkv", "wo", "w_gate_up", "w_down", "ple_gate", "ple_proj")
+        linears += [layer[n] for n in names if n in layer]
         if "deltanet" in layer:
             linears += [*layer["deltanet"].w_in, layer["deltanet"].w_out]
         moe = layer.get("moe")

@@ -18,6 +18,7 @@ from met.model.capability import cannot_run
 from met.model.deltanet import DeltaNetLayer
 from met.model.families.spec import LayerSpec
 from met.model.kv_cache import PagedKvCache
+from met.model.layer_extras import PerLayerInputs
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
 from met.model.recurrent_state import RecurrentState
@@ -80,6 +81,8 @@ class CpuLlama:
             weights.embed_dense = _address(model.embed)
         weights.lm_head = _weight(model.lm_head)
         weights.norm = _address(model.norm)
+        if model.ple is not None:  # Gemma 4's per-layer embeddings
+            _per_layer_inputs(model.ple, weights)
         weights.rope_cos, weights.rope_sin = self._cos.data_ptr(), self._sin.data_ptr()
         self._keep: list[Tensor] = []  # tables and weights made here, alive as long as _impl
         layers = []
@@ -283,6 +286,7 @@ def _dims(model: LlamaModel, cache: PagedKvCache, max_positions: int) -> _core.c
     if c.activation == "swiglu_clamped":
         d.swiglu_limit, d.swiglu_alpha = c.swiglu_limit, c.swiglu_alpha
     d.rope_dims, d.shared_ffn = c.rope_dims or 0, c.shared_ffn or 0
+    d.per_layer_dim = c.per_layer_dim or 0
     if c.recurrent is not None:
         r, shape = d.recurrent, c.recurrent
         r.k_heads, r.v_heads, r.kernel = shape.k_heads, shape.v_heads, shape.kernel
@@ -304,6 +308,10 @@ def _layer(
     out.qk_norm_full = spec.qk_norm == "full"
     out.no_rope = spec.rope == "none"
     out.attn_gate = spec.attn_gate
+    if spec.per_layer_input:
+        out.per_layer_input = True
+        out.ple_gate, out.ple_proj = _weight(layer["ple_gate"]), _weight(layer["ple_proj"])
+        out.ple_norm = _address(layer["ple_norm"])
     if rope is not None:
         out.rope_cos, out.rope_sin = _address(rope[0]), _address(rope[1])
     return _mlp(layer, out)
@@ -327,6 +335,16 @@ def _mlp(layer: dict, out: _core.cpu.LayerWeights) -> _core.cpu.LayerWeights:
         out.expert_b_gate_up = [_address(gate_up) for gate_up, _ in biases]
         out.expert_b_down = [_address(down) for _, down in biases]
     return out
+
+
+def _per_layer_inputs(ple: PerLayerInputs, weights: _core.cpu.LlamaWeights) -> None:
+    """The model-wide per-layer-embedding tables (model/layer_extras.py)."""
+    if isinstance(ple.embed, QuantLinear):
+        weights.ple_embed = _weight(ple.embed)
+    else:
+        weights.ple_embed_dense = _address(ple.embed)
+    weights.ple_model_proj = _weight(ple.model_proj)
+    weights.ple_proj_norm = _address(ple.norm)
 
 
 def _projections(mixer: DeltaNetLayer) -> list[_core.cpu.QuantWeight]:
