@@ -84,7 +84,7 @@ void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64
         if (q == QType::kQ4_0 || q == QType::kQ5_0) {
           acc -= static_cast<float>(quant_offset(q)) * block.d * acts.scaled_sum[r * nb + b];
         }
-        if (q == QType::kQ4_1 || q == QType::kQ4_K) acc += block.m * acts.scaled_sum[r * nb + b];
+        if (has_min(q)) acc += block.m * acts.scaled_sum[r * nb + b];
       }
       y[r * n + col] = acc;
     }
