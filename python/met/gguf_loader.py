@@ -3,6 +3,7 @@ into torch, kept as blocks or dequantized."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from met.model.families import FAMILIES
 from met.model.fused import FUSED_QKV, split_expert_gate_up, split_fused
 from met.model.linear import Weight
 
+log = logging.getLogger("met.engine")
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 SUPPORTED_TYPES = _FLOAT_TYPES | {
     GGMLQuantizationType.Q8_0,
@@ -35,6 +37,8 @@ SUPPORTED_TYPES = _FLOAT_TYPES | {
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
     GGMLQuantizationType.MXFP4,
+    GGMLQuantizationType.IQ4_NL,
+    GGMLQuantizationType.IQ4_XS,
 }
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
@@ -128,7 +132,7 @@ def _dequantize(tensor: Any, path: Path) -> np.ndarray:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which met cannot "
             "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1, "
-            "Q2_K..Q6_K or MXFP4"
+            "Q2_K..Q6_K, IQ4_NL/IQ4_XS or MXFP4"
         )
     try:
         array = dequantize(tensor.data, tensor.tensor_type)
@@ -200,12 +204,22 @@ def iter_weights(
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
     With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
-    Q8_0/Q4_0/Q4_1/Q5_0/MXFP4/Q4_K/Q6_K tensor's own, any other format's converted
-    (met.kernels.requant)."""
+    tensor's own in the formats of cpu_quant.QTYPES, any other format's converted
+    (met.kernels.requant), which the load log names."""
+    converted: set[str] = set()
     for part, part_reader in parts_of(reader, Path(path)):
         with part.open("rb") as file:
             for tensor in part_reader.tensors:
-                yield from _tensor_weights(tensor, config, part, dtype, keep_blocks, file)
+                for name, weight in _tensor_weights(tensor, config, part, dtype, keep_blocks, file):
+                    if isinstance(weight, QuantLinear) and weight.qtype != tensor.tensor_type.name:
+                        converted.add(tensor.tensor_type.name)
+                    yield name, weight
+    if converted:
+        log.info(
+            "%s: %s weights converted to Q8_0 as they loaded (not read as stored)",
+            path,
+            "/".join(sorted(converted)),
+        )
 
 
 def _tensor_weights(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import gguf
@@ -22,7 +23,7 @@ from model_fixtures import random_weights, tiny_config
 
 import met
 from met.gguf_loader import load_gguf
-from met.kernels.cpu_quant import QuantLinear
+from met.kernels.cpu_quant import QTYPES, QuantLinear
 from met.model.capability import cannot_run
 from met.model.config import ModelLoadError
 from met.model.cpu_llama import CpuLlama
@@ -177,7 +178,15 @@ def test_sentencepiece_vocab(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False), (Q.Q5_0, True), (Q.MXFP4, False)]
+    ("qtype", "tied"),
+    [
+        (Q.Q8_0, True),
+        (Q.Q4_1, False),
+        (Q.Q5_0, True),
+        (Q.Q5_1, False),
+        (Q.MXFP4, False),
+        (Q.IQ4_NL, True),
+    ],
 )
 def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     path = tmp_path / "tiny.gguf"
@@ -198,27 +207,42 @@ def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
 K_SHAPE = {"hidden": 256, "head_dim": 64, "ffn": 256}  # K-quant rows hold 256-weight blocks
 
 
-@pytest.mark.parametrize(("qtype", "down"), [(Q.Q4_K, Q.Q6_K), (Q.Q5_K, None)])
-def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
+# The super-block formats read as stored: bytes per 256 weights.
+SUPER_BLOCK_BYTES = {"Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "IQ4_XS": 136}
+
+
+@pytest.mark.parametrize(
+    ("qtype", "down"),
+    [(Q.Q4_K, Q.Q6_K), (Q.Q5_K, Q.Q6_K), (Q.IQ4_XS, None), (Q.Q3_K, Q.Q5_K), (Q.Q2_K, None)],
+)
+def test_k_quant_files_run_on_the_kernels_formats(tmp_path, caplog, qtype, down):
     path = tmp_path / "tiny-k.gguf"
     write_tiny_gguf(path, qtype, tied=True, down=down, **K_SHAPE)
-    _, quant, _ = load_model(path, device="cpu", weight_format="auto")
+    with caplog.at_level(logging.INFO, logger="met.engine"):
+        _, quant, _ = load_model(path, device="cpu", weight_format="auto")
     _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
     assert cannot_run(quant, "cpu") is None  # the C++ forward runs it
     kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
-    main = "Q4_K" if qtype == Q.Q4_K else "Q8_0"
+    stored = qtype.name in QTYPES
+    main = qtype.name if stored else "Q8_0"
     assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": down.name if down else main}
-    # Q4_K and Q6_K are read as stored (the file's bytes, exact); Q5_K -> Q8_0 adds at most half
-    # an int8 step of a 32-block's largest weight (1/254).
-    tolerance = {"Q4_K": 0.0, "Q6_K": 0.0, "Q8_0": 5e-3}
+    # The load log names the formats converted, and only those.
+    notes = [r.getMessage() for r in caplog.records if "converted to Q8_0" in r.getMessage()]
+    assert notes == (
+        []
+        if stored
+        else [f"{path}: {qtype.name} weights converted to Q8_0 as they loaded (not read as stored)"]
+    )
+    # Formats read as stored hold the file's bytes (exact); Q2_K -> Q8_0 adds at most half an int8
+    # step of a 32-block's largest weight (1/254).
     names = ("wqkv", "wo", "w_gate_up", "w_down")
     pairs = [(quant.layers[1][n], dense.layers[1][n]) for n in names]
     for kept, reference in [*pairs, (quant.embed, dense.embed)]:
         error = (kept.dequantize() - reference).abs().max()
-        assert error <= tolerance[kept.qtype] * reference.abs().max(), kept.qtype
-        if kept.qtype in ("Q4_K", "Q6_K"):
+        assert error <= (5e-3 if kept.qtype == "Q8_0" else 0.0) * reference.abs().max(), kept.qtype
+        if kept.qtype in SUPER_BLOCK_BYTES:
             # The file's size, nothing wider.
-            assert kept.nbytes == reference.numel() // 256 * {"Q4_K": 144, "Q6_K": 210}[kept.qtype]
+            assert kept.nbytes == reference.numel() // 256 * SUPER_BLOCK_BYTES[kept.qtype]
 
 
 def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):

@@ -1,11 +1,11 @@
 """GGUF block formats the C++ kernels do not read, converted at load time into one they do.
 
-The quantized matmul reads Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K and Q6_K as the file stores them.
-Every other quantized format (Q5_K, Q5_1, Q3_K, Q2_K) is re-expressed as Q8_0 as it is read,
+The quantized matmul reads the formats of met.kernels.cpu_quant.QTYPES as the file stores them.
+The other quantized format met loads (Q2_K) is re-expressed as Q8_0 as it is read,
 rather than dequantized to float (4 bytes a weight: a 7B model would need 28 GB): dequantized by
 the gguf package, then quantized to int8 per 32-block (error <= 1/254 of the block's largest
-weight, below these formats' own steps of 1/64 or coarser). 8.5 bits a weight, more than the
-file's.
+weight, below Q2_K's own steps of 1/3 of a sub-block's range). 8.5 bits a weight, more than
+the file's 2.6.
 """
 
 from __future__ import annotations
