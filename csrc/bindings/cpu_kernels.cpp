@@ -31,9 +31,10 @@ cpu::QType parse_qtype(const std::string& name) {
   if (name == "IQ4_NL") return cpu::QType::kIq4Nl;
   if (name == "IQ4_XS") return cpu::QType::kIq4Xs;
   if (name == "Q3_K") return cpu::QType::kQ3_K;
+  if (name == "Q2_K") return cpu::QType::kQ2_K;
   throw py::value_error(
-      "qtype must be Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K or "
-      "IQ4_XS, not " +
+      "qtype must be Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K "
+      "or IQ4_XS, not " +
       name);
 }
 

@@ -51,6 +51,22 @@ void q3_k_block(const uint8_t* row, int64_t b, detail::Block* out) {
   out->m = 0.0f;
 }
 
+// Q2_K super-block: 16 bytes of 4-bit scales (low nibbles) and mins (high), one per 16
+// elements, 64 of 2-bit quants (block j = 4n + t: bits 2t, 2t + 1 of the bytes at 16 + 32n),
+// fp16 d and dmin (ggml's dequantize_row_q2_K).
+void q2_k_block(const uint8_t* row, int64_t b, detail::Block* out) {
+  const uint8_t* super = row + (b / 8) * block_bytes(QType::kQ2_K);
+  const int j = static_cast<int>(b % 8), n = j / 4, t = j % 4;
+  const uint8_t* qs = super + 16 + 32 * n;
+  for (int i = 0; i < kBlock; ++i) out->q[i] = (qs[i] >> (2 * t)) & 3;
+  for (int h = 0; h < 2; ++h) {
+    out->half[h] = super[2 * j + h] & 0x0F;
+    out->half_min[h] = super[2 * j + h] >> 4;
+  }
+  out->d = fp16_to_fp32(load_u16(super + 80));
+  out->m = -fp16_to_fp32(load_u16(super + 82));
+}
+
 // Q4_K and Q5_K super-blocks: fp16 d and dmin, 12 bytes of 6-bit scales and mins, (Q5_K: 32
 // bytes whose bit j is sub-block j's fifth bit of element l in byte l), then 32 bytes of nibbles
 // per pair of sub-blocks: the low nibbles are sub-block 2i, the high ones 2i + 1.
@@ -125,9 +141,11 @@ namespace detail {
 
 void read_block(QType q, const uint8_t* row, int64_t b, Block* out) {
   out->half[0] = out->half[1] = 1;
+  out->half_min[0] = out->half_min[1] = 0;
   if (q == QType::kQ4_K || q == QType::kQ5_K) return q4_k_block(q, row, b, out);
   if (q == QType::kQ6_K) return q6_k_block(row, b, out);
   if (q == QType::kQ3_K) return q3_k_block(row, b, out);
+  if (q == QType::kQ2_K) return q2_k_block(row, b, out);
   if (q == QType::kIq4Xs) return iq4_xs_block(row, b, out);
   small_block(q, row + b * block_bytes(q), out);
 }
@@ -162,13 +180,16 @@ size_t block_bytes(QType q) {
       return 2 + 2 + 4 + 256 / 2;
     case QType::kQ3_K:
       return 256 / 8 + 256 / 4 + 12 + 2;
+    case QType::kQ2_K:
+      return 16 + 256 / 4 + 2 + 2;
   }
   throw std::invalid_argument("unknown quantization type");
 }
 
 int64_t block_elements(QType q) {
-  const bool super = q == QType::kQ3_K || q == QType::kQ4_K || q == QType::kQ5_K ||
-                     q == QType::kQ6_K || q == QType::kIq4Xs;
+  // The 256-element super-block formats (kSubBlocks in quant_matmul_internal.h).
+  const bool super = q == QType::kQ2_K || q == QType::kQ3_K || q == QType::kQ4_K ||
+                     q == QType::kQ5_K || q == QType::kQ6_K || q == QType::kIq4Xs;
   return super ? 256 : kBlock;
 }
 
@@ -181,6 +202,15 @@ void dequantize_row(QType q, const uint8_t* row, float* out, int64_t k) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     detail::read_block(q, row, b, &block);
     const int32_t offset = detail::quant_offset(q);
+    if (q == QType::kQ2_K) {
+      // gguf's (d * scale) * q - dmin * min.
+      for (int i = 0; i < kBlock; ++i) {
+        const float dl = block.d * static_cast<float>(block.half[i / 16]);
+        const float ml = -block.m * static_cast<float>(block.half_min[i / 16]);
+        out[b * kBlock + i] = dl * static_cast<float>(block.q[i]) - ml;
+      }
+      continue;
+    }
     if (q == QType::kQ6_K || q == QType::kQ3_K) {
       // gguf's (d * scale) * q.
       for (int i = 0; i < kBlock; ++i) {

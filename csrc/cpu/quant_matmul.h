@@ -1,5 +1,5 @@
 // Owns: y[M, N] = x[M, K] @ W[N, K]^T on the CPU with W kept in GGUF block layout (Q8_0, Q4_0,
-//   Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, read as stored), the
+//   Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, read as stored), the
 //   dispatch between the scalar, AVX2, AVX-512 VNNI and AMX-INT8 paths, and the OpenMP threads.
 // Called by: csrc/bindings/cpu_kernels.cpp (python/met/kernels/cpu_quant.py's QuantLinear) and
 //   tests/cpp/test_quant_matmul.cc and test_quant_layout.cc.
@@ -32,7 +32,9 @@ namespace met::cpu {
 // an IQ4_XS super-block's eight have d = d * (scale - 32) from 6-bit scales and IQ4_NL's values.
 // A Q6_K (Q3_K) super-block's 32-element blocks hold two 16-element halves each with its own int8
 // (6-bit, minus 32) scale: their exact dot is scale_0 * dot(first 16) + scale_1 * dot(last 16),
-// one int32, with d the super-block's fp16.
+// one int32, with d the super-block's fp16. Q2_K's halves have a 4-bit scale and a 4-bit min
+// each: w = d * scale * q - dmin * min, so a block's dot is two exact int32, scale_0 * dot_0 +
+// scale_1 * dot_1 (times d) and min_0 * sum_0 + min_1 * sum_1 of the activations (times -dmin).
 enum class QType : int32_t {
   kQ8_0 = 0,
   kQ4_0 = 1,
@@ -45,7 +47,8 @@ enum class QType : int32_t {
   kQ5_K = 8,
   kIq4Nl = 9,
   kIq4Xs = 10,
-  kQ3_K = 11
+  kQ3_K = 11,
+  kQ2_K = 12
 };
 
 // kAuto takes the active CpuPath's kernel (isa.h: MET_CPU_ISA, else the best this CPU has).

@@ -52,6 +52,8 @@ void matmul_rows_avx512vnni(const QuantActs& acts, const uint8_t* w, float* y, i
       return vnni_columns<QType::kIq4Xs>(acts, w, y, m, n, k, n_begin, n_end);
     case QType::kQ3_K:
       return vnni_columns<QType::kQ3_K>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ2_K:
+      return vnni_columns<QType::kQ2_K>(acts, w, y, m, n, k, n_begin, n_end);
   }
 }
 

@@ -33,10 +33,11 @@ constexpr int64_t kFileBlockBytes = Q == QType::kQ8_0    ? 34
                                     : Q == QType::kQ5_K  ? 176
                                     : Q == QType::kIq4Xs ? 136
                                     : Q == QType::kQ3_K  ? 110
+                                    : Q == QType::kQ2_K  ? 84
                                                          : 210;
 template <QType Q>
-constexpr int64_t kSubBlocks = Q == QType::kQ3_K || Q == QType::kQ4_K || Q == QType::kQ5_K ||
-                                       Q == QType::kQ6_K || Q == QType::kIq4Xs
+constexpr int64_t kSubBlocks = Q == QType::kQ2_K || Q == QType::kQ3_K || Q == QType::kQ4_K ||
+                                       Q == QType::kQ5_K || Q == QType::kQ6_K || Q == QType::kIq4Xs
                                    ? 8
                                    : 1;
 template <QType Q>
@@ -45,7 +46,11 @@ constexpr bool kSignedQuants = Q == QType::kQ8_0 || Q == QType::kMxfp4 || Q == Q
 // Q6_K and Q3_K: two integer scales per 32-element block, one per 16 elements, applied to the
 // integer dots.
 template <QType Q>
-constexpr bool kHalfScales = Q == QType::kQ6_K || Q == QType::kQ3_K;
+constexpr bool kHalfScales = Q == QType::kQ6_K || Q == QType::kQ3_K || Q == QType::kQ2_K;
+// Q2_K: a min per 16 elements too, its term the second exact int32 min_0 * sum_0 + min_1 * sum_1
+// of the activations, times the block's m = -dmin.
+template <QType Q>
+constexpr bool kHalfMins = Q == QType::kQ2_K;
 // Also for code that takes the format at run time (the scalar path).
 constexpr bool has_min(QType q) {
   return q == QType::kQ4_1 || q == QType::kQ5_1 || q == QType::kQ4_K || q == QType::kQ5_K;
@@ -108,12 +113,14 @@ inline int q3_k_scale(const uint8_t* scales, int i) {
 
 // Block b (32 elements) of a row, as quant_blocks.cpp reads it: its quants as integers in element
 // order and its float d and m, so that w = q * d + m (m = 0 for the signed formats, Q4_0 and Q5_0;
-// Q4_0's and Q5_0's offsets of 8 and 16 stay in q, their callers subtract them). Q6_K's and Q3_K's
-// two 16-element sub-blocks have their own integer scales (`half`, 1 for the other formats).
+// Q4_0's and Q5_0's offsets of 8 and 16 stay in q, their callers subtract them). Q6_K's, Q3_K's
+// and Q2_K's two 16-element sub-blocks have their own integer scales (`half`, 1 for the other
+// formats); Q2_K's m is -dmin, times `half_min`.
 struct Block {
   int32_t q[kBlock];
   float d, m;
   int32_t half[2];
+  int32_t half_min[2];  // Q2_K's 4-bit mins of the two halves (0 for the other formats)
 };
 void read_block(QType q, const uint8_t* row, int64_t b, Block* out);
 // The offset Q4_0 and Q5_0 store their quants with (8, 16; else 0).

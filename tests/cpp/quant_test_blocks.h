@@ -29,12 +29,17 @@ inline int64_t fit_k(QType q, int64_t k) {
   return (k + unit - 1) / unit * unit;
 }
 
-// Where a format keeps its fp16 scale fields: d (and the second one: Q4_1's and Q5_1's m, Q4_K's
-// and Q5_K's dmin) at these byte offsets of a block; -1 where there is none. MXFP4's is a byte.
+// Where a format keeps its fp16 scale fields: d (and the second one: Q4_1's and Q5_1's m, the
+// K-quants' dmin) at these byte offsets of a block; -1 where there is none. MXFP4's is a byte.
 inline void scale_fields(QType q, int* d, int* second) {
   *second = -1;
-  *d = q == QType::kQ6_K ? 208 : q == QType::kQ3_K ? 108 : q == QType::kMxfp4 ? -1 : 0;
+  *d = q == QType::kQ6_K    ? 208
+       : q == QType::kQ3_K  ? 108
+       : q == QType::kQ2_K  ? 80
+       : q == QType::kMxfp4 ? -1
+                            : 0;
   if (q == QType::kQ4_1 || q == QType::kQ5_1 || q == QType::kQ4_K || q == QType::kQ5_K) *second = 2;
+  if (q == QType::kQ2_K) *second = 82;
 }
 
 // Random quants and scales: the kernel must read any valid block, not only a quantizer's output.

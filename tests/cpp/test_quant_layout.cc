@@ -262,6 +262,30 @@ TEST(QuantMatmulLayout, Q3KFollowsGgml) {
   EXPECT_EQ(row_bytes(QType::kQ3_K, 512), 220u);
 }
 
+TEST(QuantMatmulLayout, Q2KFollowsGgml) {
+  // 16 bytes of 4-bit scales (low) and mins (high) per 16 elements, 64 of 2-bit quants, fp16 d
+  // and dmin: w = d * scale_i * q - dmin * min_i, laid out as ggml's dequantize_row_q2_K.
+  uint8_t block[84] = {};
+  const uint16_t d = to_fp16(0.5f), dmin = to_fp16(0.25f);
+  std::memcpy(block + 80, &d, 2);
+  std::memcpy(block + 82, &dmin, 2);
+  block[0] = 3 | 5 << 4;   // elements 0..15: scale 3, min 5
+  block[1] = 7 | 1 << 4;   // elements 16..31: scale 7, min 1
+  block[10] = 2 | 9 << 4;  // elements 160..175 (block 5, first half): scale 2, min 9
+  block[16] = 2 | 3 << 2;  // element 0 -> 2, element 32 -> 3
+  block[16 + 17] = 1;      // element 17 -> 1
+  block[48] = 3 << 2;      // element 128 + 32 = 160 -> 3
+  float out[256];
+  dequantize_row(QType::kQ2_K, block, out, 256);
+  EXPECT_EQ(out[0], 0.5f * 3 * 2 - 0.25f * 5);
+  EXPECT_EQ(out[1], -0.25f * 5);
+  EXPECT_EQ(out[17], 0.5f * 7 * 1 - 0.25f * 1);
+  EXPECT_EQ(out[32], 0.0f);  // scale 2 = 0, min 2 = 0
+  EXPECT_EQ(out[160], 0.5f * 2 * 3 - 0.25f * 9);
+  EXPECT_EQ(block_bytes(QType::kQ2_K), 84u);
+  EXPECT_EQ(row_bytes(QType::kQ2_K, 512), 168u);
+}
+
 TEST(QuantMatmulLayout, RejectsKNotAMultipleOfTheBlock) {
   float x[40] = {}, y[1] = {};
   uint8_t w[68] = {};

@@ -22,8 +22,9 @@ using test_blocks::random_weights;
 
 // Every format the kernels read: each test below runs on all of them.
 constexpr QType kFormats[] = {QType::kQ8_0, QType::kQ4_0,  QType::kQ4_1,  QType::kQ5_0,
-                              QType::kQ5_1, QType::kMxfp4, QType::kIq4Nl, QType::kQ3_K,
-                              QType::kQ4_K, QType::kQ5_K,  QType::kQ6_K,  QType::kIq4Xs};
+                              QType::kQ5_1, QType::kMxfp4, QType::kIq4Nl, QType::kQ2_K,
+                              QType::kQ3_K, QType::kQ4_K,  QType::kQ5_K,  QType::kQ6_K,
+                              QType::kIq4Xs};
 
 std::vector<float> reference(const std::vector<float>& x, const std::vector<uint8_t>& w, QType q,
                              int64_t m, int64_t n, int64_t k) {
