@@ -3,7 +3,6 @@ into torch, kept as blocks or dequantized."""
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,30 +15,15 @@ from gguf.quants import dequantize
 
 from met.gguf_config import field_value, read_config
 from met.gguf_split import SplitGGUF, join_parts, parts_of
-from met.kernels.cpu_quant import QuantLinear
-from met.kernels.requant import to_kernel_blocks
+from met.kernels.cpu_quant import QTYPES, QuantLinear
 from met.model.config import ModelConfig, ModelLoadError, check_weights
 from met.model.families import FAMILIES
 from met.model.fused import FUSED_QKV, split_expert_gate_up, split_fused
 from met.model.linear import Weight
 
-log = logging.getLogger("met.engine")
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
-SUPPORTED_TYPES = _FLOAT_TYPES | {
-    GGMLQuantizationType.Q8_0,
-    GGMLQuantizationType.Q4_0,
-    GGMLQuantizationType.Q4_1,
-    GGMLQuantizationType.Q5_0,
-    GGMLQuantizationType.Q5_1,
-    GGMLQuantizationType.Q2_K,
-    GGMLQuantizationType.Q3_K,
-    GGMLQuantizationType.Q4_K,
-    GGMLQuantizationType.Q5_K,
-    GGMLQuantizationType.Q6_K,
-    GGMLQuantizationType.MXFP4,
-    GGMLQuantizationType.IQ4_NL,
-    GGMLQuantizationType.IQ4_XS,
-}
+# Every quantized format met reads is one the C++ kernels read as stored.
+SUPPORTED_TYPES = _FLOAT_TYPES | {GGMLQuantizationType[name] for name in QTYPES}
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
     "output.weight": "lm_head",
@@ -203,23 +187,12 @@ def iter_weights(
 ) -> Iterator[tuple[str, Weight]]:
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
-    With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
-    tensor's own in the formats of cpu_quant.QTYPES, any other format's converted
-    (met.kernels.requant), which the load log names."""
-    converted: set[str] = set()
+    With keep_blocks, quantized linear weights come as QuantLinear over the tensor's own block
+    bytes instead (every format of SUPPORTED_TYPES is one the kernels read as stored)."""
     for part, part_reader in parts_of(reader, Path(path)):
         with part.open("rb") as file:
             for tensor in part_reader.tensors:
-                for name, weight in _tensor_weights(tensor, config, part, dtype, keep_blocks, file):
-                    if isinstance(weight, QuantLinear) and weight.qtype != tensor.tensor_type.name:
-                        converted.add(tensor.tensor_type.name)
-                    yield name, weight
-    if converted:
-        log.info(
-            "%s: %s weights converted to Q8_0 as they loaded (not read as stored)",
-            path,
-            "/".join(sorted(converted)),
-        )
+                yield from _tensor_weights(tensor, config, part, dtype, keep_blocks, file)
 
 
 def _tensor_weights(
@@ -272,8 +245,7 @@ def _weight(
     # so moving rows (the Q/K un-permutation) is exact on the bytes too.
     if blocks:
         raw = _read_bytes(file, tensor)  # [rows, row bytes]; [E, rows, row bytes] for experts
-        raw, qtype = to_kernel_blocks(raw.reshape(-1, raw.shape[-1]), qtype)
-        weight = torch.from_numpy(raw)
+        weight = torch.from_numpy(raw.reshape(-1, raw.shape[-1]))
     else:
         weight = torch.from_numpy(_dequantize(tensor, path))
     permuted = FAMILIES[config.family].gguf_permuted
