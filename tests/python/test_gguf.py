@@ -21,6 +21,7 @@ from gguf_writing import (
 from model_fixtures import random_weights, tiny_config
 
 import met
+from met.engine.capacity import weight_bytes
 from met.gguf_loader import load_gguf
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
@@ -228,6 +229,8 @@ def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     for kept, reference in [*pairs, (quant.embed, dense.embed)]:
         assert torch.equal(kept.dequantize(), reference), kept.qtype
         assert kept.nbytes == reference.numel() // 256 * SUPER_BLOCK_BYTES[kept.qtype]
+    # What met doctor --model counts as the weights' memory: the file's tensor bytes, 1.00x.
+    assert weight_bytes(quant) == sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
 
 
 def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):
