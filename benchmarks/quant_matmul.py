@@ -4,8 +4,8 @@ Prints, per shape and batch M, the median time of each and the weight bytes stre
 second (the bound that matters for decode). Never asserts. The kernel path is MET_CPU_ISA's (else
 the best this CPU runs); the amx path takes tiles from M = 16, so compare it with avx512 at prefill
 sizes. The weight GB/s column compares formats per weight byte (MXFP4's 17-byte blocks against
-Q4_0's 18, say); the K-quants run only on shapes whose K is a multiple of their 256-element
-super-blocks, on random valid blocks (gguf has no K-quant quantizer):
+Q4_0's 18, say); the super-block formats (the K-quants, IQ4_XS) run only on shapes whose K is a
+multiple of their 256 elements, and the formats gguf cannot quantize to on random valid blocks:
 
     PYTHONPATH=python python benchmarks/quant_matmul.py [--repeats 200] [--threads N]
     MET_CPU_ISA=amx PYTHONPATH=python python benchmarks/quant_matmul.py --rows 1,8,16,64,512
@@ -18,6 +18,7 @@ import argparse
 import statistics
 import time
 
+import gguf
 import numpy as np
 import torch
 
@@ -46,16 +47,25 @@ def _median_seconds(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), times[len(times) * 9 // 10] - times[len(times) // 10]
 
 
-# Per K-quant: bytes of a 256-element super-block, where its fp16 d (and dmin) sit.
-_K_QUANTS = {"Q4_K": (144, (0, 2)), "Q6_K": (210, (208,))}
+# The formats gguf cannot quantize to, run on random valid blocks: where each keeps its fp16 d
+# (and dmin) in a block.
+_RANDOM_BLOCKS = {
+    "Q2_K": (80, 82),
+    "Q3_K": (108,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+    "IQ4_NL": (0,),
+    "IQ4_XS": (0,),
+}
 
 
-def _k_quant_layer(qtype: str, n: int, k: int, seed: int) -> QuantLinear:
-    """Random valid K-quant blocks: random sub-block scales and quants, small fp16 d (and dmin)."""
-    size, fields = _K_QUANTS[qtype]
+def _random_layer(qtype: str, n: int, k: int, seed: int) -> QuantLinear:
+    """Random valid blocks: random sub-block scales and quants, small fp16 d (and dmin)."""
+    elements, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
     rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n, k // 256, size), dtype=np.uint8)
-    for offset in fields:
+    raw = rng.integers(0, 256, (n, k // elements, size), dtype=np.uint8)
+    for offset in _RANDOM_BLOCKS[qtype]:
         scale = rng.uniform(1e-4, 1e-3, raw.shape[:2]).astype(np.float16)
         raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
     return QuantLinear(torch.from_numpy(raw.reshape(n, -1)), qtype, n, k)
@@ -95,10 +105,10 @@ def main() -> None:
             candidates["torch fp32"] = (weight, weight.numel() * 4)
             candidates["torch bf16"] = (bf16, bf16.numel() * 2)
         for qtype in args.qtypes.split(","):
-            if qtype in _K_QUANTS and k % 256:
+            if k % _core.cpu.block_elements(qtype):
                 continue
-            if qtype in _K_QUANTS:
-                layer = _k_quant_layer(qtype, n, k, n)
+            if qtype in _RANDOM_BLOCKS:
+                layer = _random_layer(qtype, n, k, n)
             else:
                 layer = QuantLinear.from_float(weight, qtype)
             candidates[f"met {qtype}"] = (layer, layer.nbytes)

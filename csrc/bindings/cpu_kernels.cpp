@@ -26,7 +26,16 @@ cpu::QType parse_qtype(const std::string& name) {
   if (name == "Q4_K") return cpu::QType::kQ4_K;
   if (name == "Q5_0") return cpu::QType::kQ5_0;
   if (name == "Q6_K") return cpu::QType::kQ6_K;
-  throw py::value_error("qtype must be Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K or Q6_K, not " + name);
+  if (name == "Q5_1") return cpu::QType::kQ5_1;
+  if (name == "Q5_K") return cpu::QType::kQ5_K;
+  if (name == "IQ4_NL") return cpu::QType::kIq4Nl;
+  if (name == "IQ4_XS") return cpu::QType::kIq4Xs;
+  if (name == "Q3_K") return cpu::QType::kQ3_K;
+  if (name == "Q2_K") return cpu::QType::kQ2_K;
+  throw py::value_error(
+      "qtype must be Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K "
+      "or IQ4_XS, not " +
+      name);
 }
 
 namespace {
@@ -158,7 +167,8 @@ void bind_cpu_kernels(py::module_& m) {
   cpu.def(
       "block_elements",
       [](const std::string& qtype) { return cpu::block_elements(parse_qtype(qtype)); },
-      "elements per block of the format: K must be a multiple of it (32; 256 for Q4_K)");
+      "elements per block of the format: K must be a multiple of it (32; 256 for the K-quants and "
+      "IQ4_XS)");
   cpu.def("row_bytes", [](const std::string& qtype, int64_t k) {
     const cpu::QType q = parse_qtype(qtype);
     if (k % cpu::block_elements(q) != 0) {

@@ -77,14 +77,20 @@ void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64
       for (int64_t b = 0; b < nb; ++b) {
         read_block(q, row, b, &block);
         const int8_t* a = acts.qs + r * k + b * kBlock;
-        int32_t dots[2] = {0, 0};
-        for (int i = 0; i < kBlock; ++i) dots[i / 16] += block.q[i] * a[i];
+        int32_t dots[2] = {0, 0}, sums[2] = {0, 0};
+        for (int i = 0; i < kBlock; ++i) {
+          dots[i / 16] += block.q[i] * a[i];
+          sums[i / 16] += a[i];
+        }
         const int32_t dot = block.half[0] * dots[0] + block.half[1] * dots[1];
         acc += block.d * acts.scale[r * nb + b] * static_cast<float>(dot);
+        // Q2_K's mins (0 for the other formats): m * scale * (min_0 * sum_0 + min_1 * sum_1).
+        const int32_t mins = block.half_min[0] * sums[0] + block.half_min[1] * sums[1];
+        if (q == QType::kQ2_K) acc += block.m * acts.scale[r * nb + b] * static_cast<float>(mins);
         if (q == QType::kQ4_0 || q == QType::kQ5_0) {
           acc -= static_cast<float>(quant_offset(q)) * block.d * acts.scaled_sum[r * nb + b];
         }
-        if (q == QType::kQ4_1 || q == QType::kQ4_K) acc += block.m * acts.scaled_sum[r * nb + b];
+        if (has_min(q)) acc += block.m * acts.scaled_sum[r * nb + b];
       }
       y[r * n + col] = acc;
     }

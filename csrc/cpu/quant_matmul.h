@@ -1,11 +1,11 @@
 // Owns: y[M, N] = x[M, K] @ W[N, K]^T on the CPU with W kept in GGUF block layout (Q8_0, Q4_0,
-//   Q4_1, Q5_0, MXFP4, Q4_K and Q6_K, read as stored), the dispatch between the scalar, AVX2,
-//   AVX-512 VNNI and AMX-INT8 paths, and the OpenMP threads.
+//   Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, read as stored), the
+//   dispatch between the scalar, AVX2, AVX-512 VNNI and AMX-INT8 paths, and the OpenMP threads.
 // Called by: csrc/bindings/cpu_kernels.cpp (python/met/kernels/cpu_quant.py's QuantLinear) and
-//   tests/cpp/test_quant_matmul.cc.
-// Invariants: K is a multiple of the format's block (32; 256 for the K-quants' super-blocks);
-//   each of W's N rows is its contiguous blocks, rows packed back to back (exactly a GGUF
-//   tensor's bytes); x and y are dense row-major fp32. Activations are quantized to int8 per
+//   tests/cpp/test_quant_matmul.cc and test_quant_layout.cc.
+// Invariants: K is a multiple of the format's block (32; 256 for the K-quants' and IQ4_XS's
+//   super-blocks); each of W's N rows is its contiguous blocks, rows packed back to back (exactly a
+//   GGUF tensor's bytes); x and y are dense row-major fp32. Activations are quantized to int8 per
 //   32-element block (scale max|x| / 127) before the integer dot products, so the result
 //   differs from a float dot product by about 1e-3 relative. Every path quantizes
 //   activations identically; paths differ only in float summation order, except that AVX-512
@@ -25,11 +25,16 @@
 namespace met::cpu {
 
 // Every format is read per 32-element block w = q * d (+ m) (Q4_0 and Q5_0 with their offsets of
-// 8 and 16 in q): MXFP4's d is its E8M0 scale halved (its E2M1 quants are doubled to integers,
-// as ggml's kvalues_mxfp4); a Q4_K super-block's eight 32-element sub-blocks have d = d * scale
-// and m = -dmin * min from their 6-bit scales and mins. A Q6_K super-block's 32-element blocks
-// hold two 16-element halves each with its own int8 scale: their exact dot is scale_0 *
-// dot(first 16) + scale_1 * dot(last 16), one int32, with d the super-block's fp16.
+// 8 and 16 in q; Q5_1 is Q4_1 with a fifth bit): MXFP4's d is its E8M0 scale halved (its E2M1
+// quants are doubled to integers, as ggml's kvalues_mxfp4); IQ4_NL's q are ggml's int8
+// kvalues_iq4nl looked up by nibble. A Q4_K (Q5_K: with a fifth bit) super-block's eight
+// 32-element sub-blocks have d = d * scale and m = -dmin * min from their 6-bit scales and mins;
+// an IQ4_XS super-block's eight have d = d * (scale - 32) from 6-bit scales and IQ4_NL's values.
+// A Q6_K (Q3_K) super-block's 32-element blocks hold two 16-element halves each with its own int8
+// (6-bit, minus 32) scale: their exact dot is scale_0 * dot(first 16) + scale_1 * dot(last 16),
+// one int32, with d the super-block's fp16. Q2_K's halves have a 4-bit scale and a 4-bit min
+// each: w = d * scale * q - dmin * min, so a block's dot is two exact int32, scale_0 * dot_0 +
+// scale_1 * dot_1 (times d) and min_0 * sum_0 + min_1 * sum_1 of the activations (times -dmin).
 enum class QType : int32_t {
   kQ8_0 = 0,
   kQ4_0 = 1,
@@ -37,7 +42,13 @@ enum class QType : int32_t {
   kMxfp4 = 3,
   kQ4_K = 4,
   kQ5_0 = 5,
-  kQ6_K = 6
+  kQ6_K = 6,
+  kQ5_1 = 7,
+  kQ5_K = 8,
+  kIq4Nl = 9,
+  kIq4Xs = 10,
+  kQ3_K = 11,
+  kQ2_K = 12
 };
 
 // kAuto takes the active CpuPath's kernel (isa.h: MET_CPU_ISA, else the best this CPU has).
@@ -62,9 +73,9 @@ int64_t amx_min_rows();
 // Testing hook: 1 runs every matmul of a small forward on tiles, 16 (the most it takes) none.
 void set_amx_min_rows(int64_t rows);
 
-// Bytes of one block of the file (fp16 scale, + fp16 min for Q4_1, + Q5_0's 32 high bits, and
-// the quants; MXFP4: the E8M0 byte and the nibbles; Q4_K and Q6_K: a 256-element super-block),
-// the elements it holds (32, or 256 for the K-quants) and the bytes of a k-wide row.
+// Bytes of one block of the file (fp16 scale, + fp16 min for Q4_1 and Q5_1, + Q5_0's and Q5_1's
+// 32 high bits, and the quants; MXFP4: the E8M0 byte and the nibbles; the K-quants and IQ4_XS: a
+// 256-element super-block), the elements it holds (32, or 256) and the bytes of a k-wide row.
 size_t block_bytes(QType q);
 int64_t block_elements(QType q);
 size_t row_bytes(QType q, int64_t k);

@@ -42,6 +42,18 @@ void matmul_rows_avx512vnni(const QuantActs& acts, const uint8_t* w, float* y, i
       return vnni_columns<QType::kQ5_0>(acts, w, y, m, n, k, n_begin, n_end);
     case QType::kQ6_K:
       return vnni_columns<QType::kQ6_K>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ5_1:
+      return vnni_columns<QType::kQ5_1>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ5_K:
+      return vnni_columns<QType::kQ5_K>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kIq4Nl:
+      return vnni_columns<QType::kIq4Nl>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kIq4Xs:
+      return vnni_columns<QType::kIq4Xs>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ3_K:
+      return vnni_columns<QType::kQ3_K>(acts, w, y, m, n, k, n_begin, n_end);
+    case QType::kQ2_K:
+      return vnni_columns<QType::kQ2_K>(acts, w, y, m, n, k, n_begin, n_end);
   }
 }
 

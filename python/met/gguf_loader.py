@@ -15,27 +15,15 @@ from gguf.quants import dequantize
 
 from met.gguf_config import field_value, read_config
 from met.gguf_split import SplitGGUF, join_parts, parts_of
-from met.kernels.cpu_quant import QuantLinear
-from met.kernels.requant import to_kernel_blocks
+from met.kernels.cpu_quant import QTYPES, QuantLinear
 from met.model.config import ModelConfig, ModelLoadError, check_weights
 from met.model.families import FAMILIES
 from met.model.fused import FUSED_QKV, split_expert_gate_up, split_fused
 from met.model.linear import Weight
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
-SUPPORTED_TYPES = _FLOAT_TYPES | {
-    GGMLQuantizationType.Q8_0,
-    GGMLQuantizationType.Q4_0,
-    GGMLQuantizationType.Q4_1,
-    GGMLQuantizationType.Q5_0,
-    GGMLQuantizationType.Q5_1,
-    GGMLQuantizationType.Q2_K,
-    GGMLQuantizationType.Q3_K,
-    GGMLQuantizationType.Q4_K,
-    GGMLQuantizationType.Q5_K,
-    GGMLQuantizationType.Q6_K,
-    GGMLQuantizationType.MXFP4,
-}
+# Every quantized format met reads is one the C++ kernels read as stored.
+SUPPORTED_TYPES = _FLOAT_TYPES | {GGMLQuantizationType[name] for name in QTYPES}
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed",
     "output.weight": "lm_head",
@@ -131,7 +119,7 @@ def _dequantize(tensor: Any, path: Path) -> np.ndarray:
         raise ModelLoadError(
             f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which met cannot "
             "dequantize; use a file quantized as F32/F16/BF16, Q8_0/Q5_0/Q5_1/Q4_0/Q4_1, "
-            "Q2_K..Q6_K or MXFP4"
+            "Q2_K..Q6_K, IQ4_NL/IQ4_XS or MXFP4"
         )
     try:
         array = dequantize(tensor.data, tensor.tensor_type)
@@ -202,9 +190,8 @@ def iter_weights(
 ) -> Iterator[tuple[str, Weight]]:
     """Yield (canonical name, CPU tensor in `dtype`), converting one tensor at a time.
 
-    With keep_blocks, quantized linear weights come as QuantLinear over block bytes instead: a
-    Q8_0/Q4_0/Q4_1/Q5_0/MXFP4/Q4_K/Q6_K tensor's own, any other format's converted
-    (met.kernels.requant)."""
+    With keep_blocks, quantized linear weights come as QuantLinear over the tensor's own block
+    bytes instead (every format of SUPPORTED_TYPES is one the kernels read as stored)."""
     for part, part_reader in parts_of(reader, Path(path)):
         with part.open("rb") as file:
             for tensor in part_reader.tensors:
@@ -261,8 +248,7 @@ def _weight(
     # so moving rows (the Q/K un-permutation) is exact on the bytes too.
     if blocks:
         raw = _read_bytes(file, tensor)  # [rows, row bytes]; [E, rows, row bytes] for experts
-        raw, qtype = to_kernel_blocks(raw.reshape(-1, raw.shape[-1]), qtype)
-        weight = torch.from_numpy(raw)
+        weight = torch.from_numpy(raw.reshape(-1, raw.shape[-1]))
     else:
         weight = torch.from_numpy(_dequantize(tensor, path))
     permuted = FAMILIES[config.family].gguf_permuted

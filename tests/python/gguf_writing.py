@@ -1,6 +1,7 @@
 """What every test model's GGUF file is written with: its shape keys, a byte-level BPE vocabulary,
-tensors in any format (random valid blocks for the K-quants gguf cannot quantize to), and the
-final write; the tests' own writers (test_gguf, family_fixtures, gemma_fixtures) add the rest."""
+tensors in any format (random valid blocks for the K-quants and IQ4s gguf cannot quantize to),
+and the final write; the tests' own writers (test_gguf, family_fixtures, gemma_fixtures) add the
+rest."""
 
 from __future__ import annotations
 
@@ -67,14 +68,27 @@ def permute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     )
 
 
+# The formats gguf cannot quantize to, written as random valid blocks.
+RANDOM_ONLY = (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS)
+
+
 def random_blocks(rows: int, cols: int, qtype: Q, seed: int = 0) -> np.ndarray:
-    """Valid blocks of a format gguf cannot quantize to (the K-quants): random quants and
+    """Valid blocks of a format gguf cannot quantize to (RANDOM_ONLY): random quants and
     scales, with every float16 scale field set to a small positive value."""
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, (rows, cols // block_elems, block_bytes), dtype=np.uint8)
-    # Where each format keeps its float16 d (and dmin): first for Q4_K/Q5_K, last for Q6_K.
-    fields = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (block_bytes - 2,)}[qtype]
+    # Where each format keeps its float16 d (and dmin): first for Q4_K/Q5_K (both) and the IQ4s,
+    # last for Q3_K/Q6_K (Q2_K: both).
+    fields = {
+        Q.Q2_K: (block_bytes - 4, block_bytes - 2),
+        Q.Q3_K: (block_bytes - 2,),
+        Q.Q4_K: (0, 2),
+        Q.Q5_K: (0, 2),
+        Q.Q6_K: (block_bytes - 2,),
+        Q.IQ4_NL: (0,),
+        Q.IQ4_XS: (0,),
+    }[qtype]
     for offset in fields:
         scale = rng.uniform(1e-3, 1e-2, raw.shape[:2]).astype(np.float16)
         raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
@@ -88,7 +102,7 @@ def store(writer: gguf.GGUFWriter, name: str, w: torch.Tensor, qtype: Q) -> None
         writer.add_tensor(name, array)
     elif qtype == Q.F16:
         writer.add_tensor(name, array.astype(np.float16))
-    elif qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+    elif qtype in RANDOM_ONLY:
         blocks = random_blocks(math.prod(array.shape[:-1]), array.shape[-1], qtype, len(name))
         writer.add_tensor(name, blocks.reshape(*array.shape[:-1], -1), raw_dtype=qtype)
     else:

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 from model_fixtures import PagedRunner, random_weights, tiny_config
+from reference_quants import quant_linear
 
 from met import _core
-from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
 from met.model.cpu_llama import CpuLlama, _dense_table, _dims, _layer, _weight, cpu_forward_for
 from met.model.llama import LlamaModel
@@ -94,7 +94,7 @@ def quant_model(
     weights = random_weights(config, seed=3)
     for name in list(weights):
         if name.split(".")[-1] in LINEAR or (quant_embed and name == "embed"):
-            weights[name] = QuantLinear.from_float(weights[name], qtype)
+            weights[name] = quant_linear(weights[name], qtype)
     return (SharedReductionsLlama if reference else LlamaModel)(config, weights)
 
 
@@ -108,6 +108,7 @@ def paired_runners(
     return torch_runner, cpp_runner
 
 
+SUPER_SHAPE = {"hidden": 256, "head_dim": 64, "ffn": 256}
 STEPS = [
     [("a", list(range(3, 14)))],
     [("a", [20]), ("b", [5, 6, 7, 8, 9, 10, 11])],
@@ -123,6 +124,11 @@ STEPS = [
         ("Q4_1", {}, False),
         ("Q4_0", {"n_kv_heads": 4}, True),
         ("Q8_0", {"architecture": "qwen2", "attention_bias": True, "tie_embeddings": True}, True),
+        ("Q5_1", {}, True),
+        ("IQ4_NL", {}, False),
+        # The super-block formats need K a multiple of 256.
+        *((qtype, SUPER_SHAPE, True) for qtype in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")),
+        ("IQ4_XS", SUPER_SHAPE, False),
     ],
 )
 def test_matches_the_torch_forward(qtype: str, overrides: dict, quant_embed: bool) -> None:

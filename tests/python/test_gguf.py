@@ -21,6 +21,7 @@ from gguf_writing import (
 from model_fixtures import random_weights, tiny_config
 
 import met
+from met.engine.capacity import weight_bytes
 from met.gguf_loader import load_gguf
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
@@ -177,7 +178,15 @@ def test_sentencepiece_vocab(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("qtype", "tied"), [(Q.Q8_0, True), (Q.Q4_1, False), (Q.Q5_0, True), (Q.MXFP4, False)]
+    ("qtype", "tied"),
+    [
+        (Q.Q8_0, True),
+        (Q.Q4_1, False),
+        (Q.Q5_0, True),
+        (Q.Q5_1, False),
+        (Q.MXFP4, False),
+        (Q.IQ4_NL, True),
+    ],
 )
 def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
     path = tmp_path / "tiny.gguf"
@@ -198,7 +207,14 @@ def test_weight_formats_hold_the_same_weights(tmp_path, qtype, tied):
 K_SHAPE = {"hidden": 256, "head_dim": 64, "ffn": 256}  # K-quant rows hold 256-weight blocks
 
 
-@pytest.mark.parametrize(("qtype", "down"), [(Q.Q4_K, Q.Q6_K), (Q.Q5_K, None)])
+# The super-block formats: bytes per 256 weights, as stored.
+SUPER_BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "IQ4_XS": 136}
+
+
+@pytest.mark.parametrize(
+    ("qtype", "down"),
+    [(Q.Q4_K, Q.Q6_K), (Q.Q5_K, Q.Q6_K), (Q.IQ4_XS, None), (Q.Q3_K, Q.Q5_K), (Q.Q2_K, Q.Q3_K)],
+)
 def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     path = tmp_path / "tiny-k.gguf"
     write_tiny_gguf(path, qtype, tied=True, down=down, **K_SHAPE)
@@ -206,19 +222,15 @@ def test_k_quant_files_run_on_the_kernels_formats(tmp_path, qtype, down):
     _, dense, _ = load_model(path, dtype="float32", device="cpu", weight_format="auto")
     assert cannot_run(quant, "cpu") is None  # the C++ forward runs it
     kinds = {name: quant.layers[0][name].qtype for name in ("wqkv", "w_gate_up", "w_down")}
-    main = "Q4_K" if qtype == Q.Q4_K else "Q8_0"
-    assert kinds == {"wqkv": main, "w_gate_up": main, "w_down": down.name if down else main}
-    # Q4_K and Q6_K are read as stored (the file's bytes, exact); Q5_K -> Q8_0 adds at most half
-    # an int8 step of a 32-block's largest weight (1/254).
-    tolerance = {"Q4_K": 0.0, "Q6_K": 0.0, "Q8_0": 5e-3}
+    assert kinds == {"wqkv": qtype.name, "w_gate_up": qtype.name, "w_down": (down or qtype).name}
+    # Read as stored: the file's bytes (the same weights exactly), nothing wider.
     names = ("wqkv", "wo", "w_gate_up", "w_down")
     pairs = [(quant.layers[1][n], dense.layers[1][n]) for n in names]
     for kept, reference in [*pairs, (quant.embed, dense.embed)]:
-        error = (kept.dequantize() - reference).abs().max()
-        assert error <= tolerance[kept.qtype] * reference.abs().max(), kept.qtype
-        if kept.qtype in ("Q4_K", "Q6_K"):
-            # The file's size, nothing wider.
-            assert kept.nbytes == reference.numel() // 256 * {"Q4_K": 144, "Q6_K": 210}[kept.qtype]
+        assert torch.equal(kept.dequantize(), reference), kept.qtype
+        assert kept.nbytes == reference.numel() // 256 * SUPER_BLOCK_BYTES[kept.qtype]
+    # What met doctor --model counts as the weights' memory: the file's tensor bytes, 1.00x.
+    assert weight_bytes(quant) == sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
 
 
 def test_a_q4_k_m_style_file_serves_through_the_cpp_forward(tmp_path):

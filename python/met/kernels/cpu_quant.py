@@ -1,9 +1,10 @@
 """Linear layers on GGUF-quantized weights for the CPU: met._core.cpu.quant_matmul over tensors.
 
-A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0, Q4_1, Q5_0, MXFP4, Q4_K or Q6_K, as
-the file stores them) as a uint8 tensor and multiplies fp32 activations against them without
-dequantizing; activations are quantized to int8 per 32-element block inside the kernel, so
-results differ from the dequantized float matmul by about 1e-3 relative.
+A QuantLinear keeps a weight's GGUF block bytes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL,
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS, as the file stores them) as a uint8 tensor and
+multiplies fp32 activations against them without dequantizing; activations are quantized to
+int8 per 32-element block inside the kernel, so results differ from the dequantized float
+matmul by about 1e-3 relative.
 """
 
 from __future__ import annotations
@@ -14,7 +15,21 @@ from torch import Tensor
 
 from met import _core
 
-QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "MXFP4", "Q4_K", "Q6_K")
+QTYPES = (
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "MXFP4",
+    "IQ4_NL",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "IQ4_XS",
+)
 
 
 class QuantLinear:
