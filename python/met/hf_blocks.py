@@ -5,8 +5,8 @@ A folder holds float weights and, for gpt-oss, MXFP4 experts, which the family m
 into QuantLinear blocks (ggml's layout) as they are read. Keeping blocks, those stay as they are
 (memory: the folder's bytes, no float copy) and every float linear weight whose width is whole
 32-blocks is quantized to Q8_0 (within 1/254 of each block's largest weight; 8.5 bits a
-weight), so that the C++ forward runs the whole model. Otherwise the blocks are dequantized for the torch forward. The load log
-says which was done.
+weight), so that the C++ forward runs the whole model. Otherwise the blocks are dequantized for
+the torch forward. The load log says which was done.
 """
 
 from __future__ import annotations
