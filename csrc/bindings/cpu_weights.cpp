@@ -68,6 +68,8 @@ void bind_layer(py::module_& cpu) {
       .def_readwrite("mlp", &cpu::LayerWeights::mlp)
       .def_readwrite("wqkv", &cpu::LayerWeights::wqkv)
       .def_readwrite("wo", &cpu::LayerWeights::wo)
+      .def_readwrite("wqkv_parts", &cpu::LayerWeights::wqkv_parts)
+      .def_readwrite("w_gate_up_parts", &cpu::LayerWeights::w_gate_up_parts)
       .def_readwrite("w_gate_up", &cpu::LayerWeights::w_gate_up)
       .def_readwrite("w_down", &cpu::LayerWeights::w_down)
       .def_readwrite("expert_gate_up", &cpu::LayerWeights::expert_gate_up)

@@ -30,7 +30,7 @@ void LlamaForward::attention_block(const LayerWeights& w, const ForwardBatch& ba
                                    int64_t n_tokens) {
   const LlamaDims& d = dims_;
   const detail::QuantActs acts = quant_acts();
-  matmul_acts_team(acts, w.wqkv.data, qkv_.data(), n_tokens, w.wqkv.n, d.dim, w.wqkv.q, isa_);
+  project(w.wqkv, w.wqkv_parts, acts, qkv_.data(), n_tokens);
   barrier_.wait();
   rope_and_store(w, layer, n_tokens);
   barrier_.wait();

@@ -25,6 +25,19 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("LlamaForward: " + what);
 }
 
+// A weight given as parts: theirs rows add up to the whole's, each as wide and in blocks.
+void check_parts(const QuantWeight& whole, const std::vector<QuantWeight>& parts,
+                 const char* name) {
+  if (parts.empty()) return;
+  int64_t rows = 0;
+  for (const QuantWeight& p : parts) {
+    require(p.data != nullptr && p.k == whole.k && p.k % block_elements(p.q) == 0,
+            std::string(name) + ": each part [rows, " + std::to_string(whole.k) + "] in blocks");
+    rows += p.n;
+  }
+  require(rows == whole.n, std::string(name) + ": the parts' rows must add up to the whole's");
+}
+
 }  // namespace
 
 void detail::check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) {
@@ -61,6 +74,8 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
     require((l.attn_norm != nullptr) == (l.mlp_norm != nullptr), "one pre-norm weight is null");
     require(l.attn_norm != nullptr || (l.post_attn_norm && l.post_mlp_norm),
             "a layer without pre-norms needs post norms");
+    check_parts(l.wqkv, l.wqkv_parts, "wqkv");
+    check_parts(l.w_gate_up, l.w_gate_up_parts, "w_gate_up");
     if (l.mlp == Mlp::kMoe) {
       check_experts(l);
     } else {
@@ -244,6 +259,20 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
   ++calls_;
 }
 
+void LlamaForward::project(const QuantWeight& whole, const std::vector<QuantWeight>& parts,
+                           const detail::QuantActs& acts, float* y, int64_t n_tokens) {
+  if (parts.empty()) {
+    matmul_acts_team(acts, whole.data, y, n_tokens, whole.n, whole.k, whole.q, isa_);
+    return;
+  }
+  // Disjoint columns of one complete input: no barrier between the parts.
+  int64_t column = 0;
+  for (const QuantWeight& part : parts) {
+    matmul_acts_team(acts, part.data, y + column, n_tokens, part.n, part.k, part.q, isa_, whole.n);
+    column += part.n;
+  }
+}
+
 detail::QuantActs LlamaForward::quant_acts() {
   // Rows of any width k <= max_k_ fit: a row's blocks start at row * k / 32 in either half.
   return detail::QuantActs{act_qs_.data(), act_scales_.data(),
@@ -304,8 +333,7 @@ void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
     residual_norm_row(t, w.mlp_norm, true, w.post_attn_norm, acts);
   }
   barrier_.wait();
-  matmul_acts_team(acts, w.w_gate_up.data, gate_up_.data(), n_tokens, 2 * d.ffn, d.dim,
-                   w.w_gate_up.q, isa_);
+  project(w.w_gate_up, w.w_gate_up_parts, acts, gate_up_.data(), n_tokens);
   barrier_.wait();
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait

@@ -50,7 +50,12 @@ struct LayerWeights {
   // The pre-norms of attention and MLP; both null in a layer without them (OLMo 2, whose
   // sublayers read the residual stream as is and have post norms instead).
   const float* attn_norm = nullptr;
-  QuantWeight wqkv;             // q rows, then k rows, then v rows (rotate-half order)
+  QuantWeight wqkv;  // q rows, then k rows, then v rows (rotate-half order)
+  // A fused projection whose parts a file stores in different formats (a Q4_K_M file's Q5_0 q/k
+  // beside a Q8_0 v): its parts' rows in order, each matmul'd into its columns of the output;
+  // wqkv / w_gate_up then give only the whole's shape. Empty: the one weight.
+  std::vector<QuantWeight> wqkv_parts;
+  std::vector<QuantWeight> w_gate_up_parts;
   const float* bqkv = nullptr;  // Qwen2's q/k/v biases; null when the model has none
   // Qwen3's per-head RMSNorm weights [head_dim] on Q and on K, applied before RoPE; null when the
   // model has none.
@@ -340,6 +345,9 @@ class LlamaForward {
   void store_kv(const float* src, void* pool, int64_t offset, int64_t n) const;
   void head(const ForwardBatch& batch, float* logits);
   detail::QuantActs quant_acts();
+  // y [n_tokens, whole.n] = acts x whole^T, from the one weight or its parts.
+  void project(const QuantWeight& whole, const std::vector<QuantWeight>& parts,
+               const detail::QuantActs& acts, float* y, int64_t n_tokens);
 
   LlamaDims dims_;
   LlamaWeights w_;

@@ -241,7 +241,9 @@ void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::Quan
 }
 
 void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
-                      int64_t n, int64_t k, QType q, Isa isa) {
+                      int64_t n, int64_t k, QType q, Isa isa, int64_t ldy) {
+  // Every kernel reads its n only as y's row stride; columns index the weight's rows.
+  const int64_t stride = ldy > 0 ? ldy : n;
   const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
   const int64_t nb = k / kBlock;
   const int64_t panel = panel_rows(k);
@@ -255,7 +257,9 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
       int64_t first, last;
       thread_share(chunks, &first, &last);
       const int64_t end = last * kColumnsPerChunk < n ? last * kColumnsPerChunk : n;
-      if (first < last) matmul(part, w, y + r0 * n, rows, n, k, q, first * kColumnsPerChunk, end);
+      if (first < last) {
+        matmul(part, w, y + r0 * stride, rows, stride, k, q, first * kColumnsPerChunk, end);
+      }
       continue;
     }
 #ifdef _OPENMP
@@ -264,7 +268,7 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t begin = c * kColumnsPerChunk;
       const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
-      matmul(part, w, y + r0 * n, rows, n, k, q, begin, end);
+      matmul(part, w, y + r0 * stride, rows, stride, k, q, begin, end);
     }
   }
 }

@@ -107,8 +107,10 @@ struct QuantActs;
 // here; `isa` must be a supported, resolved path (not kAuto).
 void quantize_acts_team(const float* x, int64_t m, int64_t k, const detail::QuantActs& acts,
                         Isa isa);
+// y's rows are ldy floats apart (0: n), so a weight stored in parts of different formats fills
+// its column range of one wider output.
 void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y, int64_t m,
-                      int64_t n, int64_t k, QType q, Isa isa);
+                      int64_t n, int64_t k, QType q, Isa isa, int64_t ldy = 0);
 // One row, no threading: for callers fusing quantization into their own per-row loop.
 void quantize_act_row(const float* x, int64_t k, int64_t row, const detail::QuantActs& acts,
                       Isa isa);

@@ -13,6 +13,7 @@ from reference_quants import quant_linear
 from met import _core
 from met.model.capability import cannot_run
 from met.model.cpu_llama import CpuLlama, _dense_table, _dims, _layer, _weight, cpu_forward_for
+from met.model.linear import RowParts
 from met.model.llama import LlamaModel
 
 LINEAR = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")
@@ -139,6 +140,25 @@ def test_matches_the_torch_forward(qtype: str, overrides: dict, quant_embed: boo
         got = cpp_runner.step(rows)
         for w, g in zip(want, got, strict=True):
             assert torch.isfinite(g).all()
+            torch.testing.assert_close(g, w, atol=ATOL, rtol=0)
+
+
+def test_fused_projections_in_several_formats_run_as_stored() -> None:
+    """A K-quant file keeps q/k and v (gate and up) in different formats: the fused weight is
+    its parts as stored (RowParts), and the C++ forward matmuls each into its columns."""
+    config = tiny_config()
+    weights = random_weights(config, seed=3)
+    for name in list(weights):
+        kind = name.split(".")[-1]
+        if kind in LINEAR or name == "embed":
+            qtype = "Q4_0" if kind in ("wv", "w_up") else "Q8_0"
+            weights[name] = quant_linear(weights[name], qtype)
+    model = SharedReductionsLlama(config, weights)
+    assert all(isinstance(model.layers[0][n], RowParts) for n in ("wqkv", "w_gate_up"))
+    assert cannot_run(model, "cpu") is None
+    torch_runner, cpp_runner = paired_runners(model)
+    for rows in STEPS:
+        for w, g in zip(torch_runner.step(rows), cpp_runner.step(rows), strict=True):
             torch.testing.assert_close(g, w, atol=ATOL, rtol=0)
 
 

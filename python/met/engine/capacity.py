@@ -22,6 +22,7 @@ from met.engine.kv_budget import (
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig
 from met.model.deltanet import DeltaNetLayer
+from met.model.linear import RowParts
 from met.model.moe import MoeBlock
 from met.model.recurrent_state import state_bytes
 
@@ -56,6 +57,7 @@ def weight_bytes(model) -> int:
                     weights.extend(part if isinstance(part, list) else [part])
             else:
                 weights.append(value)
+    weights = [p for w in weights for p in (w.parts if isinstance(w, RowParts) else [w])]
     for weight in weights:
         if isinstance(weight, QuantLinear):
             seen[id(weight)] = weight.blocks.numel()

@@ -15,6 +15,7 @@ import torch
 
 from met.kernels.cpu_quant import QuantLinear
 from met.model.config import ModelConfig, ModelLoadError
+from met.model.linear import RowParts
 
 if TYPE_CHECKING:
     from met.model.families.spec import LayerSpec
@@ -202,7 +203,13 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
     if model.ple is not None:
         linears.append(model.ple.model_proj)
     for layer in model.layers:
-        names = ("wqkv", "wo", "w_gate_up", "w_down", "ple_gate", "ple_proj")
+        # A fused projection may come in parts of several formats (RowParts): the forward
+        # matmuls each into its columns.
+        for name in ("wqkv", "w_gate_up"):
+            fused = layer.get(name)
+            if fused is not None:
+                linears += fused.parts if isinstance(fused, RowParts) else [fused]
+        names = ("wo", "w_down", "ple_gate", "ple_proj")
         linears += [layer[n] for n in names if n in layer]
         if "deltanet" in layer:
             linears += [*layer["deltanet"].w_in, layer["deltanet"].w_out]

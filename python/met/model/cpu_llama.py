@@ -19,6 +19,7 @@ from met.model.deltanet import DeltaNetLayer
 from met.model.families.spec import LayerSpec
 from met.model.kv_cache import PagedKvCache
 from met.model.layer_extras import PerLayerInputs
+from met.model.linear import RowParts
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
 from met.model.recurrent_state import RecurrentState
@@ -26,6 +27,17 @@ from met.model.recurrent_state import RecurrentState
 
 def _weight(w: QuantLinear) -> _core.cpu.QuantWeight:
     return _core.cpu.QuantWeight(w.blocks.data_ptr(), w.qtype, w.out_features, w.in_features)
+
+
+def _whole(w: QuantLinear | RowParts) -> tuple[_core.cpu.QuantWeight, list[_core.cpu.QuantWeight]]:
+    """A fused projection as the C++ forward takes it: the weight, or its shape and its parts."""
+    if isinstance(w, QuantLinear):
+        return _weight(w), []
+    first = w.parts[0]
+    shape = _core.cpu.QuantWeight(
+        first.blocks.data_ptr(), first.qtype, w.out_features, w.in_features
+    )
+    return shape, [_weight(p) for p in w.parts]
 
 
 # A layer's float32 tensors the C++ forward reads by address (None: the layer has none).
@@ -301,7 +313,8 @@ def _layer(
     """One layer as its LayerSpec plans it: its kind, then its weights."""
     out = _core.cpu.LayerWeights()
     out.mixer = _core.cpu.Mixer.attention
-    out.wqkv, out.wo = _weight(layer["wqkv"]), _weight(layer["wo"])
+    out.wqkv, out.wqkv_parts = _whole(layer["wqkv"])
+    out.wo = _weight(layer["wo"])
     for name in _NORMS_AND_BIASES:
         setattr(out, name, _address(layer[name]))
     out.window = spec.window or 0
@@ -322,7 +335,8 @@ def _mlp(layer: dict, out: _core.cpu.LayerWeights) -> _core.cpu.LayerWeights:
     moe: MoeBlock | None = layer.get("moe")
     if moe is None:
         out.mlp = _core.cpu.Mlp.dense
-        out.w_gate_up, out.w_down = _weight(layer["w_gate_up"]), _weight(layer["w_down"])
+        out.w_gate_up, out.w_gate_up_parts = _whole(layer["w_gate_up"])
+        out.w_down = _weight(layer["w_down"])
         return out
     # The float32 router and every expert's pair of weights, in expert order.
     out.mlp = _core.cpu.Mlp.moe
