@@ -9,9 +9,8 @@ each model from its config, the fixtures write the file as llama.cpp's converter
 
 The vocabulary is the fixtures' small BPE one (about a hundred tokens), so the head costs
 nothing: the figures compare the decoder layers. Formats: gpt-oss MXFP4 experts and Q8_0
-elsewhere (as OpenAI ships it); the others Q8_0. Gemma 4 is its 31B's kind of layers (the ones
-met's C++ CPU forward runs); Qwen3.5-MoE runs met's torch forward (its layers are not in the C++
-forward yet).
+elsewhere (as OpenAI ships it); the others Q8_0. Gemma 4 is its 31B's kind of layers and
+E2B's (per-layer embeddings, shared KV); every one runs on met's C++ CPU forward.
 """
 
 from __future__ import annotations
@@ -69,6 +68,23 @@ SHAPES = {
         "sliding_window": 512,
         "max_position_embeddings": 4096,
     },
+    # E2B's kind: four sliding to each global layer, per-layer embeddings, the last layers
+    # attending over earlier layers' KV (E2B: 20 of 35; the layers before them end with a
+    # global one, as llama.cpp's loader assumes).
+    "gemma4-e2b": {
+        "num_kv_shared_layers": 5,
+        "hidden_size": 512,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 10,
+        "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "global_head_dim": 128,
+        "sliding_window": 512,
+        "max_position_embeddings": 4096,
+        "hidden_size_per_layer_input": 64,
+    },
 }
 
 
@@ -79,10 +95,10 @@ def write(family: str, path: Path) -> Path:
 
         model = gpt_oss_model(truncate=True, **shape)
         return gpt_oss_gguf(model, path, Q.MXFP4, Q.Q8_0)
-    if family == "gemma4":
+    if family.startswith("gemma4"):
         from gemma4_fixtures import LIKE_31B, gemma4, write_gemma4_gguf
 
-        model = gemma4(**{**LIKE_31B, **shape})
+        model = gemma4(**({**LIKE_31B, **shape} if family == "gemma4" else shape))
         return write_gemma4_gguf(model, path, Q.Q8_0, overrides=shape)
     import hybrid_fixtures
 
