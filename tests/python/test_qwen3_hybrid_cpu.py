@@ -48,13 +48,17 @@ def _cpp(model, n_threads: int = 0, seed: int = 1) -> PagedRunner:
     return runner
 
 
-def test_the_cpp_forward_runs_hybrids_like_the_torch_one(blocks):
-    assert capability.cannot_run(blocks, "cpu") is None
-    reference = PagedRunner(blocks, num_blocks=48, block_size=4, seed=1)
-    cpp = _cpp(blocks)
+def _assert_cpp_matches_torch(model) -> None:
+    assert capability.cannot_run(model, "cpu") is None
+    reference = PagedRunner(model, num_blocks=48, block_size=4, seed=1)
+    cpp = _cpp(model)
     for rows in STEPS:
         for got, ref in zip(cpp.step(rows), reference.step(rows), strict=True):
             torch.testing.assert_close(got, ref, atol=TOL * ref.abs().max().item(), rtol=0)
+
+
+def test_the_cpp_forward_runs_hybrids_like_the_torch_one(blocks):
+    _assert_cpp_matches_torch(blocks)
 
 
 def test_a_row_is_the_same_bits_alone_batched_and_on_one_thread(blocks):
@@ -171,9 +175,4 @@ def test_projections_in_two_formats_stay_apart_and_run_as_stored(hybrid_file):
         ]
         parts[2:] = [QuantLinear.from_float(p.dequantize(), "Q4_0") for p in parts[2:]]
         mixer.w_in = parts
-    assert capability.cannot_run(model, "cpu") is None
-    reference = PagedRunner(model, num_blocks=48, block_size=4, seed=1)
-    cpp = _cpp(model)
-    for rows in STEPS:
-        for got, ref in zip(cpp.step(rows), reference.step(rows), strict=True):
-            torch.testing.assert_close(got, ref, atol=TOL * ref.abs().max().item(), rtol=0)
+    _assert_cpp_matches_torch(model)
