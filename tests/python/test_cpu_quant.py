@@ -8,7 +8,7 @@ from gguf_writing import random_blocks
 
 from met import _core
 from met.kernels.cpu_quant import QTYPES, QuantLinear
-from met.model.linear import fuse_rows
+from met.model.linear import RowParts, fuse_rows
 from met.models import load_model
 
 # Activations are rounded to int8 per 32-element block (step max|x|/127), weights are exact:
@@ -141,9 +141,15 @@ def test_concat_rows_and_fuse() -> None:
     ids = torch.tensor([0, 47, 5, 63])
     assert torch.equal(fused.rows(ids), dense[ids])
     assert isinstance(fuse_rows(parts, torch.float32, torch.device("cpu")), QuantLinear)
-    # Mixed formats cannot share one block matrix: the fused weight is dense instead.
+    # Mixed formats cannot share one block matrix: the parts stay as stored, one weight to the
+    # forward; with a dense part the fused weight is dense.
     mixed = [parts[0], QuantLinear.from_float(torch.randn(16, 64), "Q4_0")]
-    fallback = fuse_rows(mixed, torch.float32, torch.device("cpu"))
+    kept = fuse_rows(mixed, torch.float32, torch.device("cpu"))
+    assert isinstance(kept, RowParts) and (kept.out_features, kept.in_features) == (48, 64)
+    x = torch.randn(3, 64)
+    assert torch.equal(kept(x), torch.cat([p(x) for p in mixed], dim=-1))
+    assert torch.equal(kept.dequantize(), torch.cat([p.dequantize() for p in mixed]))
+    fallback = fuse_rows([parts[0], torch.randn(16, 64)], torch.float32, torch.device("cpu"))
     assert isinstance(fallback, torch.Tensor) and fallback.shape == (48, 64)
 
 
