@@ -151,12 +151,10 @@ void LlamaForward::reset_new_rows(const ForwardBatch& batch) {
   const RecurrentDims& r = dims_.recurrent;
   const int64_t conv = r.conv_dim() * (r.kernel - 1), delta = r.v_heads * r.k_dim * r.v_dim;
   const AttnRows& rows = batch.rows;
-  const int64_t layers = std::count_if(w_.layers.begin(), w_.layers.end(),
-                                       [](const auto& l) { return l.mixer == Mixer::kRecurrent; });
   for (int64_t b = 0; b < rows.n_rows; ++b) {
     if (rows.seq_lens[b] != rows.cu_seqlens[b + 1] - rows.cu_seqlens[b]) continue;
     // A sequence at position 0 has seen nothing.
-    for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t l = 0; l < n_recurrent_; ++l) {
       const int64_t at = l * state_.n_slots + batch.state_slots[b];
       std::fill_n(state_.conv + at * conv, conv, 0.0f);
       std::fill_n(state_.delta + at * delta, delta, 0.0f);

@@ -40,6 +40,15 @@ void check_parts(const QuantWeight& whole, const std::vector<QuantWeight>& parts
 
 }  // namespace
 
+void detail::table_row(const QuantWeight& blocks, const float* dense, int64_t id, int64_t width,
+                       float* out) {
+  if (blocks.data == nullptr) {
+    std::memcpy(out, dense + id * width, sizeof(float) * width);
+    return;
+  }
+  dequantize_row(blocks.q, blocks.data + id * row_bytes(blocks.q, width), out, width);
+}
+
 void detail::check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name) {
   require(w.data != nullptr && w.n == n && w.k == k && k % block_elements(w.q) == 0,
           std::string(name) + " must be [" + std::to_string(n) + ", " + std::to_string(k) +
@@ -290,12 +299,7 @@ void LlamaForward::embed(const ForwardBatch& batch, int64_t n_tokens) {
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* out = x_.data() + t * dim;
-    if (w_.embed.data != nullptr) {
-      const uint8_t* row = w_.embed.data + batch.ids[t] * row_bytes(w_.embed.q, dim);
-      dequantize_row(w_.embed.q, row, out, dim);
-    } else {
-      std::memcpy(out, w_.embed_dense + batch.ids[t] * dim, sizeof(float) * dim);
-    }
+    detail::table_row(w_.embed, w_.embed_dense, batch.ids[t], dim, out);
     if (dims_.embed_scale != 1.0f) {
       for (int64_t i = 0; i < dim; ++i) out[i] *= dims_.embed_scale;
     }

@@ -42,6 +42,10 @@ enum class Mlp : uint8_t { kDense, kMoe };
 namespace detail {
 // Throws std::invalid_argument unless w is [n, k] in GGUF blocks.
 void check_weight(const QuantWeight& w, int64_t n, int64_t k, const char* name);
+// Row `id` of a [rows, width] table held as blocks (blocks.data set) or float32 (dense), into
+// out.
+void table_row(const QuantWeight& blocks, const float* dense, int64_t id, int64_t width,
+               float* out);
 }  // namespace detail
 
 struct LayerWeights {

@@ -3,7 +3,6 @@
 // step from its embedding, and each layer's step after its MLP. Both are per token, so the
 // forward's batch invariance holds.
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -44,13 +43,8 @@ void LlamaForward::per_layer_inputs(const ForwardBatch& batch, int64_t n_tokens)
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     quantize_act_row(x_.data(), d.dim, t, acts, isa_);  // the scaled embedding
-    float* tokens = ple_tokens_.data() + t * width;
-    if (w_.ple_embed.data != nullptr) {
-      const uint8_t* row = w_.ple_embed.data + batch.ids[t] * row_bytes(w_.ple_embed.q, width);
-      dequantize_row(w_.ple_embed.q, row, tokens, width);
-    } else {
-      std::memcpy(tokens, w_.ple_embed_dense + batch.ids[t] * width, sizeof(float) * width);
-    }
+    detail::table_row(w_.ple_embed, w_.ple_embed_dense, batch.ids[t], width,
+                      ple_tokens_.data() + t * width);
   }
   barrier_.wait();
   matmul_acts_team(acts, w_.ple_model_proj.data, ple_inputs_.data(), n_tokens, width, d.dim,

@@ -169,8 +169,7 @@ def test_quantized_blocks_are_the_dequantized_weights(tmp_path, arch):
         pairs += list(zip(kept["moe"].shared[1], plain["moe"].shared[1], strict=True))
         if "deltanet" in kept:
             mixers = kept["deltanet"], plain["deltanet"]
-            pairs += list(zip(mixers[0].w_in, mixers[1].w_in, strict=True))
-            pairs.append((mixers[0].w_out, mixers[1].w_out))
+            pairs += [(mixers[0].w_in, mixers[1].w_in), (mixers[0].w_out, mixers[1].w_out)]
         else:
             pairs += [(kept["wqkv"], plain["wqkv"]), (kept["wo"], plain["wo"])]
         quantized = [a for a, _ in pairs if isinstance(a, QuantLinear)]

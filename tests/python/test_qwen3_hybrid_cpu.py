@@ -15,6 +15,7 @@ from model_fixtures import PagedRunner
 from met.kernels.cpu_quant import QuantLinear
 from met.model import capability
 from met.model.cpu_llama import CpuLlama
+from met.model.linear import RowParts
 from met.models import load_model
 
 ARCHS = ["qwen35", "qwen35moe", "qwen3next"]
@@ -163,16 +164,16 @@ def test_bad_state_slots_are_clear_errors(blocks):
 
 def test_projections_in_two_formats_stay_apart_and_run_as_stored(hybrid_file):
     """A file may keep the small beta / alpha projections in another format than q/k/v and z:
-    the four then stay apart (model/deltanet.py) and the C++ forward reads each as stored."""
+    the four then stay apart (RowParts) and the C++ forward reads each as stored."""
     model = load_model(hybrid_file, device="cpu", weight_format="auto")[1]
     for i in model.recurrent_layers:
         mixer = model.layers[i]["deltanet"]
-        (fused,), s = mixer.w_in, mixer.shape
+        fused, s = mixer.w_in, mixer.shape
         bounds = [0, s.conv_dim, s.conv_dim + s.value_width, fused.out_features - s.v_heads]
         parts = [
             QuantLinear(fused.blocks[a:b].clone(), fused.qtype, b - a, fused.in_features)
             for a, b in zip(bounds, [*bounds[1:], fused.out_features], strict=True)
         ]
         parts[2:] = [QuantLinear.from_float(p.dequantize(), "Q4_0") for p in parts[2:]]
-        mixer.w_in = parts
+        mixer.w_in = RowParts(parts)
     _assert_cpp_matches_torch(model)

@@ -53,8 +53,7 @@ def weight_bytes(model) -> int:
                 if value.shared is not None:
                     weights += [value.shared[0], *value.shared[1]]
             elif isinstance(value, DeltaNetLayer):
-                for part in vars(value).values():  # w_in is a list of one or four weights
-                    weights.extend(part if isinstance(part, list) else [part])
+                weights.extend(vars(value).values())
             else:
                 weights.append(value)
     weights = [p for w in weights for p in (w.parts if isinstance(w, RowParts) else [w])]

@@ -203,9 +203,10 @@ class TorchBackend(_core.Backend):
         if self.constraints:
             self._prefetch_masks(rows)
         self._logits_stream = stream
-        marks = self.checkpoints.plan(rows, self._history) if self.checkpoints else []
+        # A hybrid's state checkpoints this forward writes (_pack, forward_rows read them).
+        self._marks = self.checkpoints.plan(rows, self._history) if self.checkpoints else []
         try:
-            self._run_rows(rows, tables, stream, spread, marks)
+            self._run_rows(rows, tables, stream, spread)
         except BaseException:
             if self.checkpoints:
                 self.checkpoints.abandon()
@@ -215,10 +216,7 @@ class TorchBackend(_core.Backend):
         for row, table in zip(rows, tables, strict=True):
             self._advance(row, table)
 
-    def _run_rows(
-        self, rows: list[Row], tables: list[list[int]], stream: int, spread: int, marks: list[int]
-    ) -> None:
-        self._marks = marks  # a hybrid's state checkpoints (_pack, forward_rows)
+    def _run_rows(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
         with self._on(stream):
             scored = self._scored_rows(rows)
             if scored:
@@ -230,7 +228,7 @@ class TorchBackend(_core.Backend):
             elif self._forward_rows is not None:
                 starts = [row.start for row in rows]
                 # A hybrid's rows carry their recurrent state slots and checkpoints.
-                state = [] if self._state is None else [[row.seq.slot for row in rows], marks]
+                state = [] if self._state is None else [[row.seq.slot for row in rows], self._marks]
                 self._logits, self._greedy = self._forward_rows(
                     [row.tokens for row in rows], starts, tables, *state
                 )

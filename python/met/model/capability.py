@@ -202,17 +202,15 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
     linears = [model.lm_head]
     if model.ple is not None:
         linears.append(model.ple.model_proj)
+    # Fused projections may be row parts in several formats (RowParts), which the forward
+    # matmuls part by part; every other weight is one block matrix.
+    fused = []
     for layer in model.layers:
-        # A fused projection may come in parts of several formats (RowParts): the forward
-        # matmuls each into its columns.
-        for name in ("wqkv", "w_gate_up"):
-            fused = layer.get(name)
-            if fused is not None:
-                linears += fused.parts if isinstance(fused, RowParts) else [fused]
-        names = ("wo", "w_down", "ple_gate", "ple_proj")
-        linears += [layer[n] for n in names if n in layer]
+        fused += [layer[n] for n in ("wqkv", "w_gate_up") if n in layer]
+        linears += [layer[n] for n in ("wo", "w_down", "ple_gate", "ple_proj") if n in layer]
         if "deltanet" in layer:
-            linears += [*layer["deltanet"].w_in, layer["deltanet"].w_out]
+            fused.append(layer["deltanet"].w_in)
+            linears.append(layer["deltanet"].w_out)
         moe = layer.get("moe")
         if moe is not None and len(moe.experts) != moe.n_experts:
             return "expert parallelism runs the torch forward"
@@ -220,6 +218,7 @@ def _cpu_conditions(model: LlamaModel) -> str | None:
             linears += [w for pair in moe.experts.values() for w in pair]
         if moe is not None and moe.shared is not None:
             linears += list(moe.shared[1])
+    linears += [part for w in fused for part in (w.parts if isinstance(w, RowParts) else [w])]
     if not all(isinstance(w, QuantLinear) for w in linears):
         return "some linear weights are not GGUF blocks the C++ kernels read"
     return None

@@ -87,10 +87,7 @@ class CpuLlama:
             local = (_dense_table(model.local_cos), _dense_table(model.local_sin))
         self._local = local
         weights = _core.cpu.LlamaWeights()
-        if isinstance(model.embed, QuantLinear):
-            weights.embed = _weight(model.embed)
-        else:
-            weights.embed_dense = _address(model.embed)
+        _table(weights, "embed", model.embed)
         weights.lm_head = _weight(model.lm_head)
         weights.norm = _address(model.norm)
         if model.ple is not None:  # Gemma 4's per-layer embeddings
@@ -114,7 +111,7 @@ class CpuLlama:
             _pool_address(cache.v),
             n_threads or torch.get_num_threads(),
         )
-        self._snapshots = (0, 0)  # where the snapshots and checkpoints the forward has are
+        self._pools = (0, 0)  # the snapshots' and checkpoints' addresses the forward was given
         if cache.state is not None:
             self._point_at_state()
 
@@ -159,7 +156,7 @@ class CpuLlama:
             pools.ckpt_conv = _address(state.ckpt_conv)
             pools.ckpt_delta = _address(state.ckpt_delta)
             pools.n_checkpoints = state.ckpt_conv.shape[0]
-        self._snapshots = _pool_addresses(state)
+        self._pools = _pool_addresses(state)
         self._impl.set_recurrent_state(pools)
 
     def _own_shape(self, i: int, layer: dict, spec: LayerSpec, out: _core.cpu.LayerWeights) -> None:
@@ -256,7 +253,7 @@ class CpuLlama:
         lengths = (cu[1:] - cu[:-1])[verify.bool()] if verify is not None else cu[:0]
         if lengths.numel():
             self.cache.state.keep_snapshots(int(lengths.max()))
-        if self._snapshots != _pool_addresses(self.cache.state):
+        if self._pools != _pool_addresses(self.cache.state):
             self._point_at_state()
         return slots, verify
 
@@ -274,7 +271,7 @@ class CpuLlama:
         triples, as forward's). The backend's path: packing and the greedy pick
         happen in C++, so a step creates one torch tensor."""
         logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
-        if self.cache.state is not None and self._snapshots != _pool_addresses(self.cache.state):
+        if self.cache.state is not None and self._pools != _pool_addresses(self.cache.state):
             self._point_at_state()
         slots, marks = state_slots or [], state_checkpoints or []
         greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr(), slots, marks)
@@ -351,21 +348,27 @@ def _mlp(layer: dict, out: _core.cpu.LayerWeights) -> _core.cpu.LayerWeights:
     return out
 
 
+def _table(weights: _core.cpu.LlamaWeights, name: str, table: Tensor | QuantLinear) -> None:
+    """An embedding table as blocks (`name`) or float32 (`name`_dense)."""
+    if isinstance(table, QuantLinear):
+        setattr(weights, name, _weight(table))
+    else:
+        setattr(weights, name + "_dense", _address(table))
+
+
 def _per_layer_inputs(ple: PerLayerInputs, weights: _core.cpu.LlamaWeights) -> None:
     """The model-wide per-layer-embedding tables (model/layer_extras.py)."""
-    if isinstance(ple.embed, QuantLinear):
-        weights.ple_embed = _weight(ple.embed)
-    else:
-        weights.ple_embed_dense = _address(ple.embed)
+    _table(weights, "ple_embed", ple.embed)
     weights.ple_model_proj = _weight(ple.model_proj)
     weights.ple_proj_norm = _address(ple.norm)
 
 
 def _projections(mixer: DeltaNetLayer) -> list[_core.cpu.QuantWeight]:
-    """A DeltaNet layer's four projections: its own weights, or row ranges of the fused one."""
-    if len(mixer.w_in) > 1:
-        return [_weight(w) for w in mixer.w_in]
-    fused, s = mixer.w_in[0], mixer.shape
+    """A DeltaNet layer's four projections: its row parts as stored, or row ranges of the one
+    fused weight."""
+    if isinstance(mixer.w_in, RowParts):
+        return [_weight(w) for w in mixer.w_in.parts]
+    fused, s = mixer.w_in, mixer.shape
     bounds = [0, s.conv_dim, s.conv_dim + s.value_width, s.conv_dim + s.value_width + s.v_heads]
     bounds.append(fused.out_features)
     row_bytes, base = fused.blocks.shape[1], fused.blocks.data_ptr()

@@ -30,7 +30,6 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from met.kernels import cpu_delta
-from met.kernels.cpu_quant import QuantLinear
 from met.model.config import RecurrentShape
 from met.model.linear import Weight, linear
 from met.model.recurrent_state import RecurrentState
@@ -198,9 +197,8 @@ def token_delta_rule(
 
 class DeltaNetLayer:
     """One Gated DeltaNet mixer: the canonical ssm_* weights of a layer (model/config.py),
-    its q/k/v/z/beta/alpha projections fused into one matmul through `fuse` where they share a
-    format (w_in: [that weight]), else kept apart (w_in: the four; a quantized file may keep the
-    small beta and alpha wider)."""
+    its q/k/v/z/beta/alpha projections fused into one weight through `fuse` (row parts as stored
+    where a quantized file keeps the small beta and alpha in another format)."""
 
     def __init__(
         self,
@@ -213,8 +211,7 @@ class DeltaNetLayer:
     ) -> None:
         self.shape, self.eps, self.index = shape, eps, index
         names = ("ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha")
-        parts = [take(prefix + n) for n in names]
-        self.w_in = [fuse(parts)] if _one_format(parts) else parts
+        self.w_in = fuse([take(prefix + n) for n in names])
         self.conv = take(prefix + "ssm_conv")  # [conv_dim, kernel]
         self.dt_bias = take(prefix + "ssm_dt").float()
         self.decay = take(prefix + "ssm_a").float()  # -exp(A_log)
@@ -223,7 +220,7 @@ class DeltaNetLayer:
 
     def __call__(self, x: Tensor, state: RecurrentState, rows: RecurrentRows) -> Tensor:
         s = self.shape
-        projected = torch.cat([linear(x, w) for w in self.w_in], dim=-1)
+        projected = linear(x, self.w_in)
         qkv, z, b, a = projected.split([s.conv_dim, s.value_width, s.v_heads, s.v_heads], dim=-1)
         mixed = self._conv(qkv, state, rows)
         q, k, v = mixed.split([s.k_heads * s.k_dim, s.k_heads * s.k_dim, s.value_width], dim=-1)
@@ -320,12 +317,6 @@ def _chunked(parts: list[Tensor], delta: Tensor, slot: int, native: bool) -> Ten
         return cpu_delta.chunk(*parts, delta[slot], CHUNK)
     o, delta[slot] = chunk_delta_rule(*(x.transpose(0, 1) for x in parts), delta[slot])
     return o.transpose(0, 1)
-
-
-def _one_format(parts: list[Weight]) -> bool:
-    """Whether the weights fuse into one: all dense, or all blocks of one format and width."""
-    formats = {(p.qtype, p.in_features) if isinstance(p, QuantLinear) else None for p in parts}
-    return len(formats) == 1
 
 
 def _l2norm(x: Tensor) -> Tensor:
