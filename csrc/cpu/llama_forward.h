@@ -1,10 +1,10 @@
 // Owns: one packed forward of a decoder (each layer as python/met/model/families plans it:
 //   attention or a Gated DeltaNet recurrent mixer (deltanet_forward.cpp), window, RoPE full,
 //   partial or none, Q/K norms per head or over the projection, a gated attention output,
-//   pre/post/sandwich norms, dense or mixture-of-experts MLP with an optional shared expert) on
-//   the CPU with the linear weights kept in GGUF blocks (llama_weights.h says what the forward
-//   takes): the whole layer loop runs in C++ inside one OpenMP team, so a decode step costs no
-//   per-op trip through Python.
+//   pre/post/sandwich norms, dense or mixture-of-experts MLP with an optional shared expert, or
+//   both side by side) on the CPU with the linear weights kept in GGUF blocks (llama_weights.h
+//   says what the forward takes): the whole layer loop runs in C++ inside one OpenMP team, so a
+//   decode step costs no per-op trip through Python.
 // Called by: csrc/bindings/cpu_model.cpp and cpu_weights.cpp (python/met/model/cpu_llama.py),
 //   tests/cpp.
 // Invariants: every stage is per token (RMSNorm, RoPE, SiLU, the activation quantization, the
@@ -121,12 +121,26 @@ class LlamaForward {
   static const float* pending_norm(const LayerWeights& w) {
     return w.per_layer_input ? w.ple_norm : w.post_mlp_norm;
   }
+  // The dense MLP and Gemma 4's dense MLP beside the experts (mlp_forward.cpp), into delta_;
+  // gated_row: one row's activation of its gate/up [2 * f] into out [f], as the model's MLPs
+  // gate (SiLU, GeLU(tanh) or the clamped SwiGLU).
   void mlp_block(const LayerWeights& w, int64_t n_tokens);
+  void dense_and_moe_block(const LayerWeights& w, int64_t n_tokens);
+  void gated_row(const float* gate_up, float* out, int64_t f) const;
+  int64_t expert_ffn() const { return dims_.expert_ffn > 0 ? dims_.expert_ffn : dims_.ffn; }
   // The MoE MLP (moe_forward.cpp): route each token, group the (token, expert) pairs by expert,
   // run each expert's matmuls over its rows, and sum each token's k outputs into delta_.
+  // routed_experts: all but the input norm, the router reading router_in, the experts h_, the
+  // sum into out.
   void moe_block(const LayerWeights& w, int64_t n_tokens);
-  void route_tokens(const LayerWeights& w, int64_t n_tokens);
-  void topk_softmax(const float* logits, int64_t t);  // token t's experts and weights
+  void routed_experts(const LayerWeights& w, const float* router_in, float* out, int64_t n_tokens);
+  void expert_matmuls(const LayerWeights& w, int64_t n_tokens);
+  void sum_experts(const LayerWeights& w, float* out, int64_t n_tokens);
+  void route_tokens(const LayerWeights& w, const float* router_in, int64_t n_tokens);
+  // Token t's experts and weights from its router logits: gpt-oss's softmax over the top k, or
+  // the top k of the softmax (renormalised with moe_norm_topk).
+  void topk_softmax(const float* logits, int64_t t);
+  void softmax_topk(float* logits, int64_t t);
   void group_by_expert(int64_t n_tokens);
   int64_t expert_of_row(int64_t row) const;  // the expert whose run of sorted rows holds `row`
   void check_experts(const LayerWeights& l) const;
@@ -182,6 +196,7 @@ class LlamaForward {
   std::vector<float> pair_weight_, router_logits_, expert_out_;
   std::vector<int64_t> expert_start_, expert_next_;
   std::vector<float> shexp_out_;
+  std::vector<float> moe_out_, router_in_;  // a dense+moe layer's experts' output, router input
   std::vector<float> ple_inputs_, ple_tokens_,
       ple_gate_;  // [tokens, n_layers * D], .., [tokens, D]
   // Recurrent layers: their state, the projections one after the other ([tokens, conv_dim],

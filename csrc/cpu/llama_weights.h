@@ -24,7 +24,8 @@ struct QuantWeight {
 // What a layer's token mixer and MLP are (python/met/model/families/spec.py's LayerSpec); the
 // forward runs each layer by these, so a stack may mix kinds.
 enum class Mixer : uint8_t { kAttention, kRecurrent };  // recurrent: Gated DeltaNet
-enum class Mlp : uint8_t { kDense, kMoe };
+// kDenseAndMoe: a dense MLP and routed experts side by side on the same residual (Gemma 4's MoE).
+enum class Mlp : uint8_t { kDense, kMoe, kDenseAndMoe };
 
 struct LayerWeights {
   Mixer mixer = Mixer::kAttention;
@@ -51,11 +52,22 @@ struct LayerWeights {
   QuantWeight w_gate_up;  // gate rows, then up rows
   QuantWeight w_down;
   // A mixture-of-experts MLP (mlp kMoe, LlamaDims::n_experts of them) instead of w_gate_up /
-  // w_down: the
-  // float32 router [n_experts, dim] and each expert's gate/up [2 * ffn, dim] and down [dim, ffn].
+  // w_down: the float32 router [n_experts, dim] and each expert's gate/up [2 * f, dim] and down
+  // [dim, f], f the experts' width (LlamaDims::expert_ffn, else ffn).
   const float* router = nullptr;
   std::vector<QuantWeight> expert_gate_up;
   std::vector<QuantWeight> expert_down;
+  // Gemma 4 (mlp kDenseAndMoe, with both MLPs' weights): the dense MLP reads mlp_norm(x), the
+  // experts moe_norm(x), the router rms_norm(x) * router_scale (float32 [dim]: the learned scale
+  // over sqrt(dim)), for the residual x; the layer's MLP output is post_mlp_norm_1(dense) +
+  // post_moe_norm(experts), which post_mlp_norm then normalizes as any layer's. expert_scale
+  // [n_experts] multiplies each chosen expert's routing weight (after the top-k renormalisation);
+  // null: 1.
+  const float* moe_norm = nullptr;
+  const float* post_mlp_norm_1 = nullptr;
+  const float* post_moe_norm = nullptr;
+  const float* router_scale = nullptr;
+  const float* expert_scale = nullptr;
   // Gemma's norms of the attention and MLP outputs before they join the residual; null: none.
   const float* post_attn_norm = nullptr;
   const float* post_mlp_norm = nullptr;
@@ -167,20 +179,22 @@ struct LlamaDims {
   int64_t num_blocks = 0;     // KV pool
   int64_t block_size = 0;
   bool kv_half = false;  // the pool holds fp16 K/V (llama.cpp's default: half the memory)
-  // Mixture of experts (the layers whose mlp is kMoe): each token's top n_experts_used of the
-  // router's softmax, their weights divided by their sum when moe_norm_topk (Qwen3-MoE, Mixtral).
+  // Mixture of experts (the layers whose mlp is kMoe or kDenseAndMoe): each token's top
+  // n_experts_used of the router's softmax, their weights divided by their sum when moe_norm_topk
+  // (Qwen3-MoE, Mixtral).
   int64_t n_experts = 0;
   int64_t n_experts_used = 0;
   bool moe_norm_topk = true;
   // gpt-oss's routing: the top n_experts_used router logits, then a softmax over those (the
   // same numbers as softmax-then-renormalise; moe_norm_topk is not read).
   bool moe_topk_softmax = false;
-  // gpt-oss's clamped SwiGLU in the experts (ops.h clamped_swiglu_row) with this limit and
-  // alpha; limit 0: SiLU.
+  // gpt-oss's clamped SwiGLU in the gated MLPs (ops.h clamped_swiglu_row; gpt-oss's are all
+  // experts) with this limit and alpha; limit 0: SiLU (or GeLU, below).
   float swiglu_limit = 0.0f;
   float swiglu_alpha = 1.702f;
   // Gemma: the attention score scale (0: 1 / sqrt(head_dim)), the final logits' tanh soft-cap
-  // (0: none), the embeddings' scale and GeLU(tanh) instead of SiLU in the gated MLP.
+  // (0: none), the embeddings' scale and GeLU(tanh) instead of SiLU in the gated MLPs (the
+  // experts' too).
   float attn_scale = 0.0f;
   float attn_softcap = 0.0f;  // Gemma 2: tanh soft-cap of attention scores (0: none)
   float final_softcap = 0.0f;
@@ -194,6 +208,7 @@ struct LlamaDims {
   // [max_positions, rope_dims / 2]); 0: all of them.
   int64_t rope_dims = 0;
   int64_t shared_ffn = 0;     // the shared expert's width (LayerWeights::shexp_*)
+  int64_t expert_ffn = 0;     // the experts' width beside dense MLPs of ffn (Gemma 4); 0: ffn
   RecurrentDims recurrent;    // the Gated DeltaNet layers' shape (all zero: none)
   int64_t per_layer_dim = 0;  // Gemma 4's per-layer embeddings' width D (0: none)
 };
