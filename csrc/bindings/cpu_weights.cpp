@@ -61,7 +61,8 @@ void bind_layer(py::module_& cpu) {
       .value("recurrent", cpu::Mixer::kRecurrent);
   py::enum_<cpu::Mlp>(cpu, "Mlp", "a layer's MLP")
       .value("dense", cpu::Mlp::kDense)
-      .value("moe", cpu::Mlp::kMoe);
+      .value("moe", cpu::Mlp::kMoe)
+      .value("dense_and_moe", cpu::Mlp::kDenseAndMoe);
   py::class_<cpu::LayerWeights> l(cpu, "LayerWeights", "one decoder layer: its kind and weights");
   l.def(py::init<>())
       .def_readwrite("mixer", &cpu::LayerWeights::mixer)
@@ -116,6 +117,11 @@ void bind_layer(py::module_& cpu) {
   address(l, "sinks", &cpu::LayerWeights::sinks, "float32 [n_heads] sink logits; 0: none");
   address(l, "bo", &cpu::LayerWeights::bo, "float32 [dim] output projection bias; 0: none");
   address(l, "router_bias", &cpu::LayerWeights::router_bias, "float32 [n_experts]; 0: none");
+  address(l, "moe_norm", &cpu::LayerWeights::moe_norm, "float32 [dim] experts' input norm");
+  address(l, "post_mlp_norm_1", &cpu::LayerWeights::post_mlp_norm_1, "float32 [dim] dense out");
+  address(l, "post_moe_norm", &cpu::LayerWeights::post_moe_norm, "float32 [dim] experts' out");
+  address(l, "router_scale", &cpu::LayerWeights::router_scale, "float32 [dim] (dense+moe router)");
+  address(l, "expert_scale", &cpu::LayerWeights::expert_scale, "float32 [n_experts]; 0: none");
   address(l, "shexp_gate", &cpu::LayerWeights::shexp_gate, "float32 [dim]; 0: no shared expert");
   address(l, "ple_norm", &cpu::LayerWeights::ple_norm, "float32 [dim] per-layer output norm");
   address(l, "ssm_conv", &cpu::LayerWeights::ssm_conv, "float32 [conv_dim, kernel]");
@@ -123,7 +129,7 @@ void bind_layer(py::module_& cpu) {
   address(l, "ssm_a", &cpu::LayerWeights::ssm_a, "float32 [v_heads] -exp(A_log)");
   address(l, "ssm_norm", &cpu::LayerWeights::ssm_norm, "float32 [v_dim] gated norm");
   addresses(l, "expert_b_gate_up", &cpu::LayerWeights::expert_b_gate_up,
-            "float32 [2 * ffn] per expert; empty: none");
+            "float32 [2 * the experts' width] per expert; empty: none");
   addresses(l, "expert_b_down", &cpu::LayerWeights::expert_b_down,
             "float32 [dim] per expert; empty: none");
 }
@@ -185,6 +191,7 @@ void bind_dims(py::module_& cpu) {
       .def_readwrite("attn_temp_length", &D::attn_temp_length)
       .def_readwrite("rope_dims", &D::rope_dims)
       .def_readwrite("shared_ffn", &D::shared_ffn)
+      .def_readwrite("expert_ffn", &D::expert_ffn)
       .def_readwrite("recurrent", &D::recurrent)
       .def_readwrite("per_layer_dim", &D::per_layer_dim);
 }

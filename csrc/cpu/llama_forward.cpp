@@ -77,7 +77,8 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
           "experts used per token must be 1..n_experts");
   require(d.attn_temp_scale == 0.0 || d.attn_temp_length > 0,
           "query temperature needs a positive length");
-  max_k_ = std::max({d.dim, d.ffn, d.shared_ffn});
+  require(d.expert_ffn >= 0, "expert_ffn must be >= 0");
+  max_k_ = std::max({d.dim, d.ffn, expert_ffn(), d.shared_ffn});
   int64_t n_recurrent = 0;
   for (const LayerWeights& l : w_.layers) {
     require((l.attn_norm != nullptr) == (l.mlp_norm != nullptr), "one pre-norm weight is null");
@@ -85,9 +86,8 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
             "a layer without pre-norms needs post norms");
     check_parts(l.wqkv, l.wqkv_parts, "wqkv");
     check_parts(l.w_gate_up, l.w_gate_up_parts, "w_gate_up");
-    if (l.mlp == Mlp::kMoe) {
-      check_experts(l);
-    } else {
+    if (l.mlp != Mlp::kDense) check_experts(l);
+    if (l.mlp != Mlp::kMoe) {
       detail::check_weight(l.w_gate_up, 2 * d.ffn, d.dim, "w_gate_up");
       detail::check_weight(l.w_down, d.dim, d.ffn, "w_down");
     }
@@ -188,8 +188,10 @@ void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
   grow(q_, t * max_q_width_);
   grow(attn_, t * max_q_width_);
   grow(v_, n_tokens * max_kv_width_);
-  grow(gate_up_, std::max(mlp_rows * 2 * d.ffn, n_tokens * 2 * d.shared_ffn));
-  grow(act_, std::max(mlp_rows * d.ffn, n_tokens * d.shared_ffn));
+  // The widest of a dense MLP's, the experts' (k rows a token) and the shared expert's.
+  const int64_t mlp_width = std::max({t * d.ffn, mlp_rows * expert_ffn(), n_tokens * d.shared_ffn});
+  grow(gate_up_, 2 * mlp_width);
+  grow(act_, mlp_width);
   if (d.shared_ffn > 0) grow(shexp_out_, n_tokens * d.dim);
   if (d.per_layer_dim > 0) {
     grow(ple_inputs_, n_tokens * d.n_layers * d.per_layer_dim);
@@ -212,6 +214,8 @@ void LlamaForward::ensure_scratch(int64_t n_tokens, int64_t n_logits) {
     grow(pair_weight_, mlp_rows);
     grow(router_logits_, n_tokens * d.n_experts);
     grow(expert_start_, d.n_experts + 1);
+    grow(moe_out_, n_tokens * d.dim);
+    grow(router_in_, n_tokens * d.dim);
   }
   if (mlp_rows > act_rows_cap_) {
     act_rows_cap_ = mlp_rows;
@@ -254,6 +258,9 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
       switch (w.mlp) {
         case Mlp::kMoe:
           moe_block(w, n_tokens);
+          break;
+        case Mlp::kDenseAndMoe:
+          dense_and_moe_block(w, n_tokens);
           break;
         case Mlp::kDense:
           mlp_block(w, n_tokens);
@@ -325,35 +332,6 @@ void LlamaForward::residual_norm_row(int64_t t, const float* norm, bool add_delt
     std::memcpy(h_.data() + t * dim, x, sizeof(float) * dim);
   }
   quantize_act_row(h_.data(), dim, t, acts, isa_);
-}
-
-void LlamaForward::mlp_block(const LayerWeights& w, int64_t n_tokens) {
-  const LlamaDims& d = dims_;
-  const detail::QuantActs acts = quant_acts();
-#ifdef _OPENMP
-#pragma omp for schedule(static) nowait
-#endif
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    residual_norm_row(t, w.mlp_norm, true, w.post_attn_norm, acts);
-  }
-  barrier_.wait();
-  project(w.w_gate_up, w.w_gate_up_parts, acts, gate_up_.data(), n_tokens);
-  barrier_.wait();
-#ifdef _OPENMP
-#pragma omp for schedule(static) nowait
-#endif
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* gate = gate_up_.data() + t * 2 * d.ffn;
-    if (d.gelu) {
-      gelu_tanh_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
-    } else {
-      silu_mul_row(gate, gate + d.ffn, act_.data() + t * d.ffn, d.ffn);
-    }
-    quantize_act_row(act_.data(), d.ffn, t, acts, isa_);
-  }
-  barrier_.wait();
-  matmul_acts_team(acts, w.w_down.data, delta_.data(), n_tokens, d.dim, d.ffn, w.w_down.q, isa_);
-  barrier_.wait();
 }
 
 void LlamaForward::head(const ForwardBatch& batch, float* logits) {

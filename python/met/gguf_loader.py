@@ -71,6 +71,7 @@ LINEAR_SUFFIXES = (
     ".w_gate",
     ".w_up",
     ".w_down",
+    ".w_gate_up",  # Gemma 4's experts' gate and up as one stack (split into w_gate and w_up)
     ".ssm_qkv",  # a recurrent layer's projections (Qwen3.5 / Qwen3-Next)
     ".ssm_z",
     ".ssm_beta",

@@ -350,11 +350,10 @@ TEST_P(CpuModelOnPath, ThreadCountDoesNotChangeABit) {
 }
 
 // Tokens grouped by expert: a row's logits must not depend on which other tokens share its
-// experts, on chunking or on the thread count.
-TEST_P(CpuModelOnPath, MoeRowsDoNotDependOnBatchChunksOrThreads) {
+// experts, on chunking or on the thread count (a and b: the same model twice).
+void expect_moe_rows_invariant(TinyModel& a, TinyModel& b) {
   const int32_t n = static_cast<int32_t>(kPrompt.size());
   const std::vector<int32_t> table = {5, 2, 9};
-  TinyModel a(false, 4), b(false, 4);
   LlamaForward one = a.make(1);
   LlamaForward two = b.make(2);
   const auto whole = run(one, {{kPrompt, n, table}}, a.dims.vocab);
@@ -372,6 +371,63 @@ TEST_P(CpuModelOnPath, MoeRowsDoNotDependOnBatchChunksOrThreads) {
           b.dims.vocab);
   EXPECT_EQ(alone, last_logits(mixed, 1, b.dims.vocab));
   for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_P(CpuModelOnPath, MoeRowsDoNotDependOnBatchChunksOrThreads) {
+  TinyModel a(false, 4), b(false, 4);
+  expect_moe_rows_invariant(a, b);
+}
+
+// Gemma 4's MoE layers on TinyModel's: a GeLU dense MLP of ffn beside experts 32 wide, their own
+// input and output norms, the router scaled and each expert's weight too.
+void make_dense_and_moe(TinyModel& m) {
+  LlamaDims& d = m.dims;
+  d.expert_ffn = 32;
+  d.gelu = true;
+  uint32_t seed = 300;
+  for (LayerWeights& l : m.weights.layers) {
+    l.mlp = Mlp::kDenseAndMoe;
+    l.w_gate_up = m.quant(2 * d.ffn, d.dim, seed++);
+    l.w_down = m.quant(d.dim, d.ffn, seed++);
+    for (size_t e = 0; e < l.expert_gate_up.size(); ++e) {
+      l.expert_gate_up[e] = m.quant(2 * d.expert_ffn, d.dim, seed++);
+      l.expert_down[e] = m.quant(d.dim, d.expert_ffn, seed++);
+    }
+    l.moe_norm = m.norm(seed++);
+    l.post_mlp_norm_1 = m.norm(seed++);
+    l.post_moe_norm = m.norm(seed++);
+    l.router_scale = m.norm(seed++);
+    m.floats.push_back(random_floats(d.n_experts, seed++, 0.5f, 1.5f));
+    l.expert_scale = m.floats.back().data();
+  }
+}
+
+TEST_P(CpuModelOnPath, DenseAndMoeRowsDoNotDependOnBatchChunksOrThreads) {
+  TinyModel a(false, 4), b(false, 4);
+  make_dense_and_moe(a);
+  make_dense_and_moe(b);
+  expect_moe_rows_invariant(a, b);
+}
+
+TEST(CpuModel, DenseAndMoeLayersReadEveryPartAndRefuseMissingOnes) {
+  const int32_t n = static_cast<int32_t>(kPrompt.size());
+  TinyModel scaled(false, 4), unscaled(false, 4);
+  make_dense_and_moe(scaled);
+  make_dense_and_moe(unscaled);
+  for (LayerWeights& l : unscaled.weights.layers) l.expert_scale = nullptr;
+  LlamaForward a = scaled.make(1), b = unscaled.make(1);
+  EXPECT_NE(run(a, {{kPrompt, n, {0, 1, 2}}}, scaled.dims.vocab),
+            run(b, {{kPrompt, n, {0, 1, 2}}}, unscaled.dims.vocab));
+  TinyModel no_norm(false, 4), wide_experts(false, 4), moe_scaled(false, 4);
+  make_dense_and_moe(no_norm);
+  no_norm.weights.layers[1].post_moe_norm = nullptr;
+  EXPECT_THROW(no_norm.make(1), std::invalid_argument);
+  make_dense_and_moe(wide_experts);
+  wide_experts.dims.expert_ffn = 0;  // the experts are 32 wide, not ffn
+  EXPECT_THROW(wide_experts.make(1), std::invalid_argument);
+  // A scaled router reads the residual stream, which a plain MoE layer does not route.
+  moe_scaled.weights.layers[0].router_scale = moe_scaled.weights.layers[0].mlp_norm;
+  EXPECT_THROW(moe_scaled.make(1), std::invalid_argument);
 }
 
 // A MoE model whose second layer has a dense MLP instead (a stack mixing kinds, as DeepSeek's

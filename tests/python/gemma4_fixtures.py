@@ -65,7 +65,9 @@ MOE = {
 
 def gemma4(moe: bool = False, seed: int = 3, **overrides: object) -> torch.nn.Module:
     """The tiny model (overrides: LIKE_31B's kind, say); expert weights ~ N(0, 1 / fan_in), layer
-    output and expert scales in [0.5, 1.5] (build_hf leaves these at N(0, 1) and 1)."""
+    output and expert scales in [0.5, 1.5] (build_hf leaves these at N(0, 1) and 1), routers 16
+    times build_hf's: logits of ~2 apart, as a trained router's, where build_hf's ~0.1 leave
+    the top-k so near a tie that the blocks' int8 rounding picks other experts."""
     model = build_hf("gemma4_text", seed=seed, **{**(MOE if moe else DENSE), **overrides})
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -74,6 +76,8 @@ def gemma4(moe: bool = False, seed: int = 3, **overrides: object) -> torch.nn.Mo
                 tensor.div_(tensor.shape[-1] ** 0.5)
             elif name.endswith(("layer_scalar", "per_expert_scale")):
                 tensor.copy_(0.5 + torch.rand(tensor.shape, generator=gen))
+            elif name.endswith("router.proj.weight"):
+                tensor.mul_(16.0)
     return model
 
 

@@ -12,7 +12,8 @@ from reference_quants import quant_linear
 
 from met import _core
 from met.model.capability import cannot_run
-from met.model.cpu_llama import CpuLlama, _dense_table, _dims, _layer, _weight, cpu_forward_for
+from met.model.cpu_llama import CpuLlama, _dense_table, _dims, _layer, cpu_forward_for
+from met.model.cpu_mlp import weight
 from met.model.linear import RowParts
 from met.model.llama import LlamaModel
 
@@ -249,7 +250,7 @@ def test_layers_cross_as_typed_structs_of_their_kind() -> None:
     assert layers[0].wqkv.k == model.config.hidden and layers[0].w_down.n == model.config.hidden
     layers[1].mixer = _core.cpu.Mixer.recurrent
     weights = _core.cpu.LlamaWeights()
-    weights.embed, weights.lm_head = _weight(model.embed), _weight(model.lm_head)
+    weights.embed, weights.lm_head = weight(model.embed), weight(model.lm_head)
     weights.norm = model.norm.data_ptr()
     cos, sin = _dense_table(model.cos), _dense_table(model.sin)
     weights.rope_cos, weights.rope_sin = cos.data_ptr(), sin.data_ptr()

@@ -35,7 +35,6 @@ from met.model.capability import (
     model_features,
     refusal,
 )
-from met.model.config import ModelLoadError
 from met.model.kv_cache import PagedKvCache
 from met.models import load_model
 from met.parallel.shard import ShardError, check_divisible
@@ -67,10 +66,9 @@ def test_gemma4_matches_transformers(tmp_path, kind, variant):
         path = write_gemma4_gguf(model, tmp_path / "g.gguf", getattr(Q, kind.upper()))
         reference = dequantized(model, path) if kind == "q8_0" else model
     assert max(len(ids) for ids in SEQS.values()) > 2 * WINDOW
-    # The C++ CPU forward runs the 31B's kind of layers and per-layer embeddings 32 wide or
-    # more (the matmuls' blocks; the dense fixture's are 8, kept float32), not the MoE
-    # (test_gemma4_capability); the torch forward runs the rest over the same blocks.
-    blocks = kind == "q8_0" and variant != "moe"
+    # The C++ CPU forward runs every kind over GGUF blocks but the dense fixture's per-layer
+    # embeddings, 8 wide (kept float32: the matmuls' blocks are 32); the torch forward runs it.
+    blocks = kind == "q8_0"
     names = assert_matches_transformers(path, _logits(reference), BLOCKS_TOL if blocks else TOL)
     assert names == (["torch", "cpp"] if blocks and variant != "dense" else ["torch"])
 
@@ -137,17 +135,10 @@ def test_gemma4_capability(tmp_path):
     assert {LAYER_HEADS, SHARED_KV, K_AS_V, V_NORM} <= set(model_features(like_31b))
     assert missing(dense, "torch") == [] and missing(moe, "torch") == []
     assert missing(dense, "cpu") == [] and PER_LAYER_INPUTS in model_features(dense)
-    assert missing(moe, "cpu") == [DENSE_AND_MOE, SCALED_ROUTER]
-    line = refusal(moe, "cpu")
-    assert line == (
-        "gemma4: the C++ CPU forward does not implement dense and MoE MLPs side by side, scaled "
-        "MoE routers; the torch forward runs it (--weight-format dequantized)"
-    )
+    assert {DENSE_AND_MOE, SCALED_ROUTER} <= set(model_features(moe))
+    assert missing(moe, "cpu") == [] and refusal(moe, "cpu") is None
     assert missing(moe, "cuda")[-2:] == [DENSE_AND_MOE, SCALED_ROUTER]
-    # A GGUF file loads dequantized for the torch forward when the weight format is left auto.
-    path = write_gemma4_gguf(gemma4(moe=True), tmp_path / "g.gguf")
-    with pytest.raises(ModelLoadError, match="does not implement"):
-        met.LLM(model=str(path), device="cpu", weight_format="gguf")
+    assert refusal(moe, "cuda").endswith("the torch forward runs it (--weight-format dequantized)")
 
 
 def test_gemma4_is_refused_over_several_ranks(tmp_path):
@@ -181,13 +172,11 @@ def gguf_file(tmp_path_factory):
 
 @pytest.mark.parametrize("variant", ["moe", "k_as_v"])
 def test_gemma4_prefix_hit_equals_miss_and_batching_changes_nothing(gguf_file, tmp_path, variant):
-    # The MoE model runs the torch forward; the 31B's kind the C++ one, over GGUF blocks.
+    # Both run the C++ forward over the GGUF blocks (the engine's pick for such a file).
     path = gguf_file if variant == "moe" else write_gemma4_gguf(_variant(variant), tmp_path / "k")
     llm = met.LLM(model=str(path), device="cpu", block_size=4)
     try:
-        assert type(llm.engine.backend.model).__name__ == (
-            "LlamaModel" if variant == "moe" else "CpuLlama"
-        )
+        assert type(llm.engine.backend.model).__name__ == "CpuLlama"
         prompts = [list(range(5, 5 + n)) for n in (23, 9, 17)]
         miss = llm.generate(prompt_token_ids=[prompts[0]], sampling_params=GREEDY)[0]
         hit = llm.generate(prompt_token_ids=[prompts[0]], sampling_params=GREEDY)[0]

@@ -58,10 +58,8 @@ V_NORM = "V norms"
 PER_LAYER_INPUTS = "per-layer embeddings"
 DENSE_AND_MOE = "dense and MoE MLPs side by side"
 SCALED_ROUTER = "scaled MoE routers"
-# Gemma 4's; the C++ CPU forward runs the 31B's and the small models' (per-layer embeddings),
-# not the 26B's MoE.
+# Gemma 4's (the 31B's, the small models' per-layer embeddings, the 26B's MoE).
 _GEMMA4 = (LAYER_HEADS, SHARED_KV, K_AS_V, V_NORM, PER_LAYER_INPUTS, DENSE_AND_MOE, SCALED_ROUTER)
-_NOT_ON_CPU = (DENSE_AND_MOE, SCALED_ROUTER)
 
 FEATURES = (
     SLIDING,
@@ -92,7 +90,7 @@ FEATURES = (
 # SiLU-gated MLP, biases and context-extended RoPE frequencies, every forward runs).
 IMPLEMENTS: dict[str, frozenset[str]] = {
     "torch": frozenset(FEATURES),
-    "cpu": frozenset(FEATURES) - set(_NOT_ON_CPU),
+    "cpu": frozenset(FEATURES),
     "cuda": frozenset(),
 }
 

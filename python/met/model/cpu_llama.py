@@ -15,6 +15,7 @@ from torch import Tensor
 from met import _core
 from met.kernels.cpu_quant import QuantLinear
 from met.model.capability import cannot_run
+from met.model.cpu_mlp import address, mlp_widths, set_mlp, weight, whole
 from met.model.deltanet import DeltaNetLayer
 from met.model.families.spec import LayerSpec
 from met.model.kv_cache import PagedKvCache
@@ -23,22 +24,6 @@ from met.model.linear import RowParts
 from met.model.llama import IntArray, LlamaModel
 from met.model.moe import MoeBlock
 from met.model.recurrent_state import RecurrentState
-
-
-def _weight(w: QuantLinear) -> _core.cpu.QuantWeight:
-    return _core.cpu.QuantWeight(w.blocks.data_ptr(), w.qtype, w.out_features, w.in_features)
-
-
-def _whole(w: QuantLinear | RowParts) -> tuple[_core.cpu.QuantWeight, list[_core.cpu.QuantWeight]]:
-    """A fused projection as the C++ forward takes it: the weight, or its shape and its parts."""
-    if isinstance(w, QuantLinear):
-        return _weight(w), []
-    first = w.parts[0]
-    shape = _core.cpu.QuantWeight(
-        first.blocks.data_ptr(), first.qtype, w.out_features, w.in_features
-    )
-    return shape, [_weight(p) for p in w.parts]
-
 
 # A layer's float32 tensors the C++ forward reads by address (None: the layer has none).
 _NORMS_AND_BIASES = (
@@ -62,14 +47,6 @@ def _pool_address(t: Tensor) -> int:
     return t.data_ptr()
 
 
-def _address(t: Tensor | None) -> int:
-    if t is None:
-        return 0
-    if t.dtype != torch.float32 or not t.is_contiguous():
-        raise ValueError("the C++ forward takes contiguous float32 norms, biases and tables")
-    return t.data_ptr()
-
-
 class CpuLlama:
     """LlamaModel's forward() contract, run by _core.cpu.LlamaForward over the same weights and
     KV pool (both stay owned by `model` and `cache`, which this object keeps alive)."""
@@ -88,8 +65,8 @@ class CpuLlama:
         self._local = local
         weights = _core.cpu.LlamaWeights()
         _table(weights, "embed", model.embed)
-        weights.lm_head = _weight(model.lm_head)
-        weights.norm = _address(model.norm)
+        weights.lm_head = weight(model.lm_head)
+        weights.norm = address(model.norm)
         if model.ple is not None:  # Gemma 4's per-layer embeddings
             _per_layer_inputs(model.ple, weights)
         weights.rope_cos, weights.rope_sin = self._cos.data_ptr(), self._sin.data_ptr()
@@ -118,11 +95,11 @@ class CpuLlama:
     def _recurrent(self, layer: dict, spec: LayerSpec) -> _core.cpu.LayerWeights:
         """A Gated DeltaNet layer (model/deltanet.py's DeltaNetLayer) and its MLP."""
         mixer: DeltaNetLayer = layer["deltanet"]
-        out = _mlp(layer, _core.cpu.LayerWeights())
+        out = set_mlp(layer, _core.cpu.LayerWeights())
         out.mixer = _core.cpu.Mixer.recurrent
-        out.attn_norm, out.mlp_norm = _address(layer["attn_norm"]), _address(layer["mlp_norm"])
+        out.attn_norm, out.mlp_norm = address(layer["attn_norm"]), address(layer["mlp_norm"])
         out.ssm_qkv, out.ssm_z, out.ssm_beta, out.ssm_alpha = _projections(mixer)
-        out.ssm_out = _weight(mixer.w_out)
+        out.ssm_out = weight(mixer.w_out)
         tensors = [mixer.conv, mixer.dt_bias, mixer.decay, mixer.norm]
         self._keep += [t.float().contiguous() for t in tensors]
         out.ssm_conv, out.ssm_dt, out.ssm_a, out.ssm_norm = (t.data_ptr() for t in self._keep[-4:])
@@ -139,22 +116,22 @@ class CpuLlama:
         dense_gate = gate.dequantize() if isinstance(gate, QuantLinear) else gate
         self._keep.append(dense_gate.float().reshape(-1).contiguous())
         out.shexp_gate = self._keep[-1].data_ptr()
-        out.shexp_gate_up, out.shexp_down = _weight(gate_up), _weight(down)
+        out.shexp_gate_up, out.shexp_down = weight(gate_up), weight(down)
 
     def _point_at_state(self) -> None:
         """Tells the C++ forward where the recurrent state and its snapshots live (again after
         RecurrentState.keep_snapshots reallocates them)."""
         state, pools = self.cache.state, _core.cpu.RecurrentState()
         for name in ("conv", "delta"):
-            setattr(pools, name, _address(getattr(state, name)))
+            setattr(pools, name, address(getattr(state, name)))
         pools.n_slots = state.n_slots
         if state.snap_conv is not None:
-            pools.snap_conv = _address(state.snap_conv)
-            pools.snap_delta = _address(state.snap_delta)
+            pools.snap_conv = address(state.snap_conv)
+            pools.snap_delta = address(state.snap_delta)
             pools.snap_depth = state.snap_conv.shape[2]
         if state.ckpt_conv is not None:
-            pools.ckpt_conv = _address(state.ckpt_conv)
-            pools.ckpt_delta = _address(state.ckpt_delta)
+            pools.ckpt_conv = address(state.ckpt_conv)
+            pools.ckpt_delta = address(state.ckpt_delta)
             pools.n_checkpoints = state.ckpt_conv.shape[0]
         self._pools = _pool_addresses(state)
         self._impl.set_recurrent_state(pools)
@@ -172,7 +149,7 @@ class CpuLlama:
             self._keep.append(torch.ones(head_dim))  # RMSNorm without a weight
             out.v_norm = self._keep[-1].data_ptr()
         if "out_scale" in layer:
-            out.out_scale = _address(layer["out_scale"])
+            out.out_scale = address(layer["out_scale"])
         if head_dim != c.head_dim and spec.rope != "none":
             tables = [_dense_table(t) for t in model.wide_tables[spec.rope, head_dim]]
             self._keep += tables
@@ -283,7 +260,8 @@ def _dims(model: LlamaModel, cache: PagedKvCache, max_positions: int) -> _core.c
     c = model.config
     d = _core.cpu.LlamaDims()
     d.dim, d.n_layers, d.n_heads, d.n_kv_heads = c.hidden, c.n_layers, c.n_heads, c.n_kv_heads
-    d.head_dim, d.ffn, d.vocab, d.norm_eps = c.head_dim, c.ffn, c.vocab, c.norm_eps
+    d.head_dim, d.vocab, d.norm_eps = c.head_dim, c.vocab, c.norm_eps
+    d.ffn, d.expert_ffn = mlp_widths(model)
     d.max_positions, d.num_blocks, d.block_size = max_positions, cache.num_blocks, cache.block_size
     d.kv_half = cache.k.dtype == torch.float16
     d.attn_scale, d.attn_softcap = c.query_scale or 0.0, c.attn_softcap or 0.0
@@ -310,64 +288,43 @@ def _layer(
     """One layer as its LayerSpec plans it: its kind, then its weights."""
     out = _core.cpu.LayerWeights()
     out.mixer = _core.cpu.Mixer.attention
-    out.wqkv, out.wqkv_parts = _whole(layer["wqkv"])
-    out.wo = _weight(layer["wo"])
+    out.wqkv, out.wqkv_parts = whole(layer["wqkv"])
+    out.wo = weight(layer["wo"])
     for name in _NORMS_AND_BIASES:
-        setattr(out, name, _address(layer[name]))
+        setattr(out, name, address(layer[name]))
     out.window = spec.window or 0
     out.qk_norm_full = spec.qk_norm == "full"
     out.no_rope = spec.rope == "none"
     out.attn_gate = spec.attn_gate
     if spec.per_layer_input:
         out.per_layer_input = True
-        out.ple_gate, out.ple_proj = _weight(layer["ple_gate"]), _weight(layer["ple_proj"])
-        out.ple_norm = _address(layer["ple_norm"])
+        out.ple_gate, out.ple_proj = weight(layer["ple_gate"]), weight(layer["ple_proj"])
+        out.ple_norm = address(layer["ple_norm"])
     if rope is not None:
-        out.rope_cos, out.rope_sin = _address(rope[0]), _address(rope[1])
-    return _mlp(layer, out)
-
-
-def _mlp(layer: dict, out: _core.cpu.LayerWeights) -> _core.cpu.LayerWeights:
-    """A layer's MLP, dense or its routed experts, into `out`."""
-    moe: MoeBlock | None = layer.get("moe")
-    if moe is None:
-        out.mlp = _core.cpu.Mlp.dense
-        out.w_gate_up, out.w_gate_up_parts = _whole(layer["w_gate_up"])
-        out.w_down = _weight(layer["w_down"])
-        return out
-    # The float32 router and every expert's pair of weights, in expert order.
-    out.mlp = _core.cpu.Mlp.moe
-    out.router, out.router_bias = _address(moe.router), _address(moe.router_bias)
-    experts = [moe.experts[e] for e in range(moe.n_experts)]
-    out.expert_gate_up = [_weight(gate_up) for gate_up, _ in experts]
-    out.expert_down = [_weight(down) for _, down in experts]
-    if moe.biases:  # gpt-oss: every expert's gate/up and down biases
-        biases = [moe.biases[e] for e in range(moe.n_experts)]
-        out.expert_b_gate_up = [_address(gate_up) for gate_up, _ in biases]
-        out.expert_b_down = [_address(down) for _, down in biases]
-    return out
+        out.rope_cos, out.rope_sin = address(rope[0]), address(rope[1])
+    return set_mlp(layer, out)
 
 
 def _table(weights: _core.cpu.LlamaWeights, name: str, table: Tensor | QuantLinear) -> None:
     """An embedding table as blocks (`name`) or float32 (`name`_dense)."""
     if isinstance(table, QuantLinear):
-        setattr(weights, name, _weight(table))
+        setattr(weights, name, weight(table))
     else:
-        setattr(weights, name + "_dense", _address(table))
+        setattr(weights, name + "_dense", address(table))
 
 
 def _per_layer_inputs(ple: PerLayerInputs, weights: _core.cpu.LlamaWeights) -> None:
     """The model-wide per-layer-embedding tables (model/layer_extras.py)."""
     _table(weights, "ple_embed", ple.embed)
-    weights.ple_model_proj = _weight(ple.model_proj)
-    weights.ple_proj_norm = _address(ple.norm)
+    weights.ple_model_proj = weight(ple.model_proj)
+    weights.ple_proj_norm = address(ple.norm)
 
 
 def _projections(mixer: DeltaNetLayer) -> list[_core.cpu.QuantWeight]:
     """A DeltaNet layer's four projections: its row parts as stored, or row ranges of the one
     fused weight."""
     if isinstance(mixer.w_in, RowParts):
-        return [_weight(w) for w in mixer.w_in.parts]
+        return [weight(w) for w in mixer.w_in.parts]
     fused, s = mixer.w_in, mixer.shape
     bounds = [0, s.conv_dim, s.conv_dim + s.value_width, s.conv_dim + s.value_width + s.v_heads]
     bounds.append(fused.out_features)
