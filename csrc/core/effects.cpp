@@ -69,8 +69,9 @@ std::vector<int32_t> EffectApplier::launch(const LaunchDecode& fx) {
   StepPlan plan;
   plan.call = ReferenceCall::DecodeBatch;
   plan.stream = kDecodeStream;
-  for (size_t i = 0; i < fx.seqs.size(); ++i)
+  for (size_t i = 0; i < fx.seqs.size(); ++i) {
     plan.rows.push_back(decode_row(*fx.seqs[i], fx.tokens[i]));
+  }
   plan.argmax = fx.readback == Readback::Argmax;
   std::vector<int32_t> argmax = backend_.execute(plan);
   if (hooks_ == nullptr) return argmax;

@@ -27,11 +27,6 @@ struct PlanRow {
   // PrefillChunk: the whole prompt the chunk is cut from (the EP announcement and the trace
   // spell it); null for other rows.
   const std::vector<int32_t>* prompt = nullptr;
-
-  // Logits rows this row produces.
-  int32_t logits_rows() const {
-    return kind == RowKind::Verify ? static_cast<int32_t>(tokens.size()) : 1;
-  }
 };
 
 // The reference engine's forward call a plan stands for; only traces read it.
