@@ -67,14 +67,6 @@ void bind_types(py::module_& m) {
       .def_readwrite("token", &SampledToken::token)
       .def_readwrite("logprob", &SampledToken::logprob)
       .def_readwrite("top", &SampledToken::top);
-
-  py::class_<PrefillSlice>(m, "PrefillSlice")
-      .def_property_readonly(
-          "seq", [](const PrefillSlice& s) { return s.seq; }, py::return_value_policy::reference)
-      .def_property_readonly("prompt", [](const PrefillSlice& s) { return *s.prompt; })
-      .def_readonly("start", &PrefillSlice::start)
-      .def_readonly("len", &PrefillSlice::len)
-      .def_readonly("last", &PrefillSlice::last);
 }
 
 }  // namespace met::bindings

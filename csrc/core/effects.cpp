@@ -50,13 +50,15 @@ std::vector<int32_t> EffectApplier::apply(const Effect& fx) {
   } else if (const auto* compact = std::get_if<CompactSlot>(&fx)) {
     backend_.compact_sequence(*compact->seq, compact->target);
   } else if (const auto* ckpt = std::get_if<MarconiCheckpoint>(&fx)) {
-    backend_.decode_marconi_checkpoint(*ckpt->seq);
+    if (hooks_ != nullptr) hooks_->decode_marconi_checkpoint(*ckpt->seq);
   } else if (std::holds_alternative<EpShutdown>(fx)) {
-    backend_.ep_broadcast_cmd_for_seq(0, kEpShutdown);
+    if (hooks_ != nullptr) hooks_->ep_broadcast_cmd_for_seq(0, kEpShutdown);
   } else if (const auto* quiesce = std::get_if<Quiesce>(&fx)) {
-    backend_.synchronize(quiesce->stream);
+    if (streams_) backend_.synchronize(quiesce->stream);
+    if (hooks_ != nullptr) hooks_->stream_synchronized(quiesce->stream);
   } else {
     backend_.teardown();
+    if (hooks_ != nullptr) hooks_->torn_down();
   }
   return {};
 }
@@ -64,23 +66,34 @@ std::vector<int32_t> EffectApplier::apply(const Effect& fx) {
 // The decode stream is the default stream 0; the prefill stream only ever carries prefills.
 std::vector<int32_t> EffectApplier::launch(const LaunchDecode& fx) {
   constexpr int32_t kDecodeStream = 0;
-  backend_.decode_batch(fx.tokens, fx.seqs, kDecodeStream);
+  StepPlan plan;
+  plan.call = ReferenceCall::DecodeBatch;
+  plan.stream = kDecodeStream;
   for (size_t i = 0; i < fx.seqs.size(); ++i) {
-    Sequence& seq = *fx.seqs[i];
-    backend_.commit_ctx(seq, 1, seq.seq_len - 1, static_cast<int32_t>(i));
+    plan.rows.push_back(decode_row(*fx.seqs[i], fx.tokens[i]));
   }
+  plan.argmax = fx.readback == Readback::Argmax;
+  std::vector<int32_t> argmax = backend_.execute(plan);
+  if (hooks_ == nullptr) return argmax;
   const auto n = static_cast<int32_t>(fx.seqs.size());
-  if (fx.readback == Readback::Argmax) return backend_.argmax_batch(0, n, kDecodeStream);
-  backend_.copy_logits_to_host(0, n);
-  return {};
+  for (int32_t i = 0; i < n; ++i) {
+    const Sequence& seq = *fx.seqs[static_cast<size_t>(i)];
+    hooks_->commit_ctx(seq, 1, seq.seq_len - 1, i);
+  }
+  if (plan.argmax) {
+    hooks_->argmax_batch(0, n, kDecodeStream, argmax);
+  } else {
+    hooks_->copy_logits_to_host(0, n);
+  }
+  return argmax;
 }
 
 // The worker ranks mirror slots, so they learn the *old* slot is free again.
 void EffectApplier::release(const ReleaseSeq& fx) {
   const auto old_slot = static_cast<uint32_t>(fx.seq->slot);
-  if (fx.cache) backend_.cache_sequence(*fx.seq);
+  if (fx.cache && hooks_ != nullptr) hooks_->cache_sequence(*fx.seq);
   backend_.free_sequence(*fx.seq);
-  backend_.ep_broadcast_cmd_for_seq(old_slot, kEpReallocSlot);
+  if (hooks_ != nullptr) hooks_->ep_broadcast_cmd_for_seq(old_slot, kEpReallocSlot);
 }
 
 }  // namespace met

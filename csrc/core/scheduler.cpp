@@ -48,18 +48,25 @@ std::string spec_off_reason(SpecMode mode, const SamplingParams& p) {
   return "";
 }
 
-Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink)
+Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink, TraceHooks* hooks)
     : backend_(backend),
+      hooks_(hooks),
       cfg_(std::move(cfg)),
-      fx_(backend, sink),
+      fx_(backend, sink, hooks),
       block_size_(0),
       prefill_stream_(0),
       prefill_event_(0),
       decode_(cfg_.spec.mode == SpecMode::Off ? make_plain_decode() : make_spec_decode(cfg_.spec)) {
-  backend_.bind_gpu_to_thread();
-  prefill_stream_ = backend_.create_stream();
-  prefill_event_ = backend_.create_event();
-  block_size_ = backend_.block_size();
+  if (hooks_ != nullptr) hooks_->bind_gpu_to_thread();
+  info_ = backend_.open();
+  prefill_stream_ = info_.prefill_stream;
+  prefill_event_ = info_.prefill_event;
+  block_size_ = info_.block_size;
+  fx_.set_streams(info_.streams);
+  if (hooks_ != nullptr) {
+    hooks_->stream_created(prefill_stream_);
+    hooks_->event_created(prefill_event_);
+  }
 }
 
 Scheduler::~Scheduler() = default;
@@ -133,10 +140,8 @@ Scheduler::Plan Scheduler::plan_tick() {
     queue_.pop_front();
   }
   if (!taken.empty()) plan.admitted = admit(std::move(taken));
-  // The per-tick status snapshot; the occupancy pair is what a recording backend marks ticks on.
-  backend_.num_free_blocks();
-  backend_.snapshot_pool_occupancy();
-  backend_.snapshot_pool_occupancy();
+  // The per-tick status snapshot: nothing in met reads it, a recording backend marks ticks on it.
+  if (hooks_ != nullptr) hooks_->status_snapshot();
   if (plan.admitted.empty() && idle()) {
     absorb_inbox();
     plan.shutdown = inbox_closed_ && queue_.empty();
@@ -164,8 +169,10 @@ void Scheduler::absorb_inbox() {
 // Adapter cohort filter (one lookup for the cohort, one per request; met has no LoRA yet, so
 // every slot is kNoAdapter), then the KV gate. Held-back requests go back to the queue front.
 std::vector<Request> Scheduler::admit(std::vector<Request> taken) {
-  backend_.adapter_id_for(kNoAdapter);
-  for (size_t i = 0; i < taken.size(); ++i) backend_.adapter_id_for(kNoAdapter);
+  if (hooks_ != nullptr) {
+    hooks_->adapter_id_for(kNoAdapter);
+    for (size_t i = 0; i < taken.size(); ++i) hooks_->adapter_id_for(kNoAdapter);
+  }
   std::vector<KvDemand> in_flight;
   for (const auto* list : {&active_, &prefilling_, &requeued_}) {
     for (const auto& l : *list) {
@@ -178,7 +185,7 @@ std::vector<Request> Scheduler::admit(std::vector<Request> taken) {
     incoming.push_back({static_cast<int32_t>(r.prompt.size()), r.params.max_tokens});
   }
   const size_t n =
-      admit_count(in_flight, incoming, backend_.num_total_blocks(), block_size_, cfg_.max_seq_len);
+      admit_count(in_flight, incoming, info_.total_blocks, block_size_, cfg_.max_seq_len);
   for (size_t i = taken.size(); i > n; --i) queue_.push_front(std::move(taken[i - 1]));
   taken.resize(n);
   return taken;

@@ -87,8 +87,8 @@ std::vector<SampledToken> Scheduler::read_back_direct(const std::vector<Live*>& 
   std::vector<int32_t> argmax;
   if (plan == Readback::Argmax) {
     argmax = backend_.argmax_batch(0, n, kDecodeStream);
-  } else {
-    backend_.copy_logits_to_host(0, n);
+  } else if (hooks_ != nullptr) {
+    hooks_->copy_logits_to_host(0, n);
   }
   return read_rows(rows, plan, std::move(argmax));
 }

@@ -97,13 +97,14 @@ void Scheduler::resume_requeued() {
     const auto h = static_cast<int32_t>(history.size());
     if (blocks_for(h, block_size_) > backend_.num_free_blocks()) return;
     l.seq = Sequence{};
-    backend_.alloc_sequence(l.seq);
+    backend_.alloc_sequence(l.seq, -1);
     l.seq.session_hash = l.req.id;
     l.seq.prompt_len = l.prompt_len();
-    backend_.acquire_adapter_slot(kNoAdapter);
+    if (hooks_ != nullptr) hooks_->acquire_adapter_slot(kNoAdapter);
     announce(l.seq, h, 0, history);
     // The logits of this prefill are discarded: the pending token is already known.
-    backend_.prefill(l.seq, history, kDecodeStream);
+    backend_.execute(
+        {ReferenceCall::Prefill, kDecodeStream, {prefill_row(l.seq, history, 0, h, true)}});
     active_.push_back(std::move(requeued_.front()));
     requeued_.erase(requeued_.begin());
   }

@@ -15,20 +15,21 @@ void Scheduler::start_prefill(Request r) {
   const std::vector<int32_t>& prompt = live->req.prompt;
   const int32_t total = live->prompt_len();
   const bool chunked = cfg_.max_prefill_tokens > 0;
-  if (chunked) {
-    backend_.alloc_sequence_for(seq, total + live->req.params.max_tokens);
-  } else {
-    backend_.alloc_sequence(seq);
-  }
+  backend_.alloc_sequence(seq, chunked ? total + live->req.params.max_tokens : -1);
   seq.session_hash = live->req.id;
   seq.prompt_len = total;
   live->cached = backend_.match_prefix(seq, prompt);
   live->offset = live->cached;
-  backend_.adapter_id_for(kNoAdapter);
-  backend_.acquire_adapter_slot(kNoAdapter);
+  if (hooks_ != nullptr) {
+    hooks_->adapter_id_for(kNoAdapter);
+    hooks_->acquire_adapter_slot(kNoAdapter);
+  }
   if (!chunked) {
-    announce(seq, total - live->offset, live->offset, prompt);
-    backend_.prefill(seq, prompt, kDecodeStream);
+    const int32_t off = live->offset;
+    announce(seq, total - off, off, prompt);
+    backend_.execute({ReferenceCall::Prefill,
+                      kDecodeStream,
+                      {prefill_row(seq, prompt, off, total - off, true)}});
     live->offset = total;
     const SampledToken tok = first_token(*live, 0);
     promote(std::move(live), tok);
@@ -40,7 +41,8 @@ void Scheduler::start_prefill(Request r) {
   const int32_t len = plan_chunk_len(off, total, std::min(total - off, budget), block_size_);
   const bool last = off + len >= total;
   announce(seq, len, off, prompt);
-  backend_.prefill_chunk(seq, prompt, off, len, last, prefill_stream_);
+  backend_.execute(
+      {ReferenceCall::PrefillChunk, prefill_stream_, {prefill_row(seq, prompt, off, len, last)}});
   live->offset += len;
   sync_prefill_stream();
   if (!last) {
@@ -70,14 +72,16 @@ Scheduler::Lane Scheduler::continue_prefills() {
 // Every prefilling stream advances one chunk in one forward, fused with the decode rows when
 // there are any (mixed_forward_batch), else on its own (prefill_batch_chunk).
 void Scheduler::batched_step() {
-  backend_.poll_innerq();
+  if (hooks_ != nullptr) hooks_->poll_innerq();
   std::vector<Live*> rows = decode_rows();
   std::vector<PrefillSlice> slices;
   for (auto& p : prefilling_) slices.push_back(next_slice(*p));
   Drafts drafts;
   int32_t n_decode = 0;
   if (rows.empty()) {
-    backend_.prefill_batch_chunk(slices, prefill_stream_);
+    std::vector<PlanRow> chunks;
+    for (const auto& s : slices) chunks.push_back(slice_row(s));
+    backend_.execute({ReferenceCall::PrefillBatchChunk, prefill_stream_, std::move(chunks)});
   } else {
     drafts = decode_->fused_drafts(*this, rows);
     n_decode = fused_forward(rows, slices, false, drafts);
@@ -104,7 +108,7 @@ void Scheduler::batched_step() {
 
 // One prefilling stream next to decode rows: one mixed_forward, the prefill row last.
 void Scheduler::single_mixed_step() {
-  backend_.poll_innerq();
+  if (hooks_ != nullptr) hooks_->poll_innerq();
   std::vector<Live*> rows = decode_rows();
   Live& head = *prefilling_.front();
   const PrefillSlice slice = next_slice(head);
@@ -129,13 +133,12 @@ void Scheduler::single_mixed_step() {
 // Nothing decoding: the head chunk runs alone, announced to the workers like a first chunk
 // (met's rule: the same words (len, start, total) and the whole prompt).
 void Scheduler::head_chunk_step() {
-  backend_.poll_innerq();
+  if (hooks_ != nullptr) hooks_->poll_innerq();
   Live& head = *prefilling_.front();
   const PrefillSlice slice = next_slice(head);
   announce(head.seq, slice.len, slice.start, head.req.prompt);
-  backend_.prefill_chunk(head.seq, head.req.prompt, slice.start, slice.len, slice.last,
-                         prefill_stream_);
-  backend_.normalize_ssm_states(head.seq, prefill_stream_);
+  backend_.execute({ReferenceCall::PrefillChunk, prefill_stream_, {slice_row(slice)}});
+  if (hooks_ != nullptr) hooks_->normalize_ssm_states(head.seq, prefill_stream_);
   head.offset += slice.len;
   if (!slice.last) return;
   sync_prefill_stream();
@@ -151,31 +154,31 @@ void Scheduler::head_chunk_step() {
 int32_t Scheduler::fused_forward(const std::vector<Live*>& rows,
                                  const std::vector<PrefillSlice>& slices, bool single,
                                  Drafts& drafts) {
-  std::vector<Sequence*> seqs;
-  std::vector<int32_t> inputs;
-  for (Live* row : rows) {
-    seqs.push_back(&row->seq);
-    inputs.push_back(row->pending);
-  }
+  std::vector<PlanRow> chunks;
+  for (const auto& s : slices) chunks.push_back(slice_row(s));
   if (!drafts.empty()) {
     std::vector<int32_t> tokens, ks;
+    std::vector<Sequence*> seqs;
     for (size_t i = 0; i < rows.size(); ++i) {
+      seqs.push_back(&rows[i]->seq);
       tokens.push_back(rows[i]->pending);
       tokens.insert(tokens.end(), drafts[i].begin(), drafts[i].end());
       ks.push_back(static_cast<int32_t>(drafts[i].size()));
     }
+    StepPlan plan{ReferenceCall::MixedVerifyBatch, prefill_stream_, verify_rows(tokens, ks, seqs)};
+    plan.rows.insert(plan.rows.end(), chunks.begin(), chunks.end());
     try {
-      backend_.mixed_verify_batch(tokens, ks, seqs, slices, prefill_stream_);
+      backend_.execute(plan);
       return static_cast<int32_t>(tokens.size());
     } catch (const KvExhausted&) {
       drafts.clear();
     }
   }
-  if (single) {
-    backend_.mixed_forward(seqs, inputs, slices.front(), prefill_stream_);
-  } else {
-    backend_.mixed_forward_batch(seqs, inputs, slices, prefill_stream_);
-  }
+  StepPlan plan{
+      single ? ReferenceCall::MixedForward : ReferenceCall::MixedForwardBatch, prefill_stream_, {}};
+  for (Live* row : rows) plan.rows.push_back(decode_row(row->seq, row->pending));
+  plan.rows.insert(plan.rows.end(), chunks.begin(), chunks.end());
+  backend_.execute(plan);
   return static_cast<int32_t>(rows.size());
 }
 
@@ -202,18 +205,21 @@ PrefillSlice Scheduler::next_slice(Live& live) {
 
 void Scheduler::announce(const Sequence& seq, int32_t len, int32_t start,
                          const std::vector<int32_t>& toks) {
-  backend_.ep_broadcast_cmd_for_seq(static_cast<uint32_t>(seq.slot), kEpPrefillAnnounce);
-  backend_.ep_broadcast_cmd(static_cast<uint32_t>(len));
-  backend_.ep_broadcast_cmd(static_cast<uint32_t>(start));
-  backend_.ep_broadcast_cmd(static_cast<uint32_t>(toks.size()));
-  backend_.ep_broadcast_tokens(toks);
-  backend_.ep_sync_vision_embeds(static_cast<int32_t>(toks.size()));
+  if (hooks_ == nullptr) return;
+  hooks_->ep_broadcast_cmd_for_seq(static_cast<uint32_t>(seq.slot), kEpPrefillAnnounce);
+  hooks_->ep_broadcast_cmd(static_cast<uint32_t>(len));
+  hooks_->ep_broadcast_cmd(static_cast<uint32_t>(start));
+  hooks_->ep_broadcast_cmd(static_cast<uint32_t>(toks.size()));
+  hooks_->ep_broadcast_tokens(toks);
+  hooks_->ep_sync_vision_embeds(static_cast<int32_t>(toks.size()));
 }
 
 // The decode stream must not read KV the prefill stream is still writing.
 void Scheduler::sync_prefill_stream() {
-  backend_.record_event(prefill_event_, prefill_stream_);
-  backend_.stream_wait_event(kDecodeStream, prefill_event_);
+  if (info_.streams) backend_.join_streams(prefill_event_, prefill_stream_, kDecodeStream);
+  if (hooks_ == nullptr) return;
+  hooks_->record_event(prefill_event_, prefill_stream_);
+  hooks_->stream_wait_event(kDecodeStream, prefill_event_);
 }
 
 // Greedy first tokens on the chunked paths are a device argmax; the rest go through the host
@@ -228,7 +234,7 @@ SampledToken Scheduler::first_token(Live& live, int32_t row) {
     t.token = backend_.argmax_on_device(row, kDecodeStream);
     return t;
   }
-  backend_.copy_logits_to_host(row, 1);
+  if (hooks_ != nullptr) hooks_->copy_logits_to_host(row, 1);
   SampleRow sr;
   sr.request_id = live.req.id;
   sr.row = row;

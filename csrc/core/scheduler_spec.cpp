@@ -214,15 +214,16 @@ class SpecDecode : public DecodeStrategy {
       tokens.insert(tokens.end(), drafts[i].begin(), drafts[i].end());
       ks.push_back(static_cast<int32_t>(drafts[i].size()));
     }
-    const Readback plan = sched.readback_plan(rows);
-    Backend& be = sched.backend();
+    const Readback readback = sched.readback_plan(rows);
+    StepPlan plan{ReferenceCall::DecodeVerifyBatched, kDecodeStream, verify_rows(tokens, ks, seqs)};
+    plan.argmax = readback == Readback::Argmax;
     std::vector<int32_t> argmax;
     try {
-      argmax = be.decode_verify_batched(tokens, ks, seqs, kDecodeStream, plan == Readback::Argmax);
+      argmax = sched.backend().execute(plan);
     } catch (const KvExhausted&) {
       return false;
     }
-    const std::vector<SampledToken> picks = read(sched, rows, ks, plan, std::move(argmax));
+    const std::vector<SampledToken> picks = read(sched, rows, ks, readback, std::move(argmax));
     ++stats_.verify_steps;
     accept_all(sched, rows, drafts, picks);
     return true;
@@ -250,7 +251,7 @@ class SpecDecode : public DecodeStrategy {
     for (size_t i = 0; i < rows.size(); ++i) {
       for (int32_t j = 0; j <= ks[i]; ++j) srows.push_back(sched.sample_row(*rows[i], row++, j));
     }
-    sched.backend().copy_logits_to_host(0, row);
+    if (sched.hooks() != nullptr) sched.hooks()->copy_logits_to_host(0, row);
     return sched.backend().sample_rows(srows);
   }
 

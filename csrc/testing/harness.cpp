@@ -81,7 +81,7 @@ std::string run_scenario(const ScenarioSpec& spec) {
     backend.add_script(r.id, Script{r.prompt_len, r.toks, r.cancel_at.value_or(-1)});
     if (r.arrive_at_tick) arrivals[*r.arrive_at_tick].push_back(&r);
   }
-  Scheduler sched(backend, spec.options, &backend.trace());
+  Scheduler sched(backend, spec.options, &backend.trace(), &backend);
   for (const auto& r : spec.requests) {
     if (!r.arrive_at_tick) sched.add_request(build_request(r));
   }

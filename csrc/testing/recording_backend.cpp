@@ -1,42 +1,17 @@
+// The recording fake's executor: slots, blocks and scripted logits rows; each plan it executes
+// is recorded as the reference call the plan stands for.
 #include "recording_backend.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
+
+#include "recording_text.h"
 
 namespace met::testing {
 namespace {
-
-constexpr uint16_t kBf16Thirty = 0x41F0;  // 30.0: the scripted id's logit on the host
-
-std::string sid(const Sequence& s) {
-  // A detached slot (-1) prints as usize::MAX, as the reference fake does.
-  return "s" + std::to_string(s.session_hash) + "@" +
-         std::to_string(static_cast<uint64_t>(s.slot)) + ":len=" + std::to_string(s.seq_len);
-}
-
-std::string int_list(const std::vector<int32_t>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
-std::string quoted_list(const std::vector<std::string>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", \"" : "\"") + v[i] + "\"";
-  return out + "]";
-}
-
-std::string hex(uint32_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << v;
-  return os.str();
-}
-
-const char* boolean(bool b) { return b ? "true" : "false"; }
 
 float bf16_to_float(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;
@@ -54,6 +29,17 @@ std::string TraceBuffer::text() const {
 }
 
 RecordingBackend::RecordingBackend(FakeModelConfig cfg) : cfg_(std::move(cfg)) {}
+
+// The fake has no streams: its stream and event calls are the trace hooks' lines.
+DeviceInfo RecordingBackend::open() {
+  DeviceInfo info;
+  info.vocab = cfg_.vocab;
+  info.block_size = cfg_.block_size;
+  info.total_blocks = cfg_.total_blocks;
+  info.prefill_stream = 1;
+  info.prefill_event = next_event_++;
+  return info;
+}
 
 void RecordingBackend::add_script(uint64_t request_id, Script script) {
   scripts_[request_id] = std::move(script);
@@ -82,15 +68,6 @@ int32_t RecordingBackend::script_at(const Sequence& seq, int32_t pos) const {
   return s.toks.at(std::min(g, s.toks.size() - 1));
 }
 
-int32_t RecordingBackend::snapshot_pool_occupancy() {
-  if (++occupancy_calls_ % 2 == 1) {
-    ++gate_tick_;
-    if (gate_) gate_(gate_tick_);
-    record("-- tick " + std::to_string(gate_tick_));
-  }
-  return -1;
-}
-
 std::vector<SampledToken> RecordingBackend::sample_rows(const std::vector<SampleRow>& rows) {
   std::vector<SampledToken> out;
   for (const SampleRow& r : rows) {
@@ -117,35 +94,6 @@ std::vector<SampledToken> RecordingBackend::sample_rows(const std::vector<Sample
   return out;
 }
 
-void RecordingBackend::bind_gpu_to_thread() { record("bind_gpu_to_thread()"); }
-
-int32_t RecordingBackend::create_stream() {
-  record("create_stream() -> 1");
-  return 1;
-}
-
-int32_t RecordingBackend::create_event() {
-  const int32_t e = next_event_++;
-  record("create_event() -> " + std::to_string(e));
-  return e;
-}
-
-void RecordingBackend::record_event(int32_t event, int32_t stream) {
-  record("record_event(event=" + std::to_string(event) + ", stream=" + std::to_string(stream) +
-         ")");
-}
-
-void RecordingBackend::stream_wait_event(int32_t stream, int32_t event) {
-  record("stream_wait_event(stream=" + std::to_string(stream) + ", event=" + std::to_string(event) +
-         ")");
-}
-
-void RecordingBackend::synchronize(int32_t stream) {
-  record("synchronize(stream=" + std::to_string(stream) + ")");
-}
-
-void RecordingBackend::teardown() { record("teardown()"); }
-
 int32_t RecordingBackend::take_slot() {
   if (free_slots_.empty()) return static_cast<int32_t>(next_slot_++);
   const int64_t s = free_slots_.back();
@@ -158,15 +106,14 @@ void RecordingBackend::release_slot(int64_t slot) {
   std::sort(free_slots_.rbegin(), free_slots_.rend());
 }
 
-void RecordingBackend::alloc_sequence(Sequence& seq) {
+void RecordingBackend::alloc_sequence(Sequence& seq, int32_t budget) {
   seq.slot = take_slot();
-  record("alloc_sequence() -> slot " + std::to_string(seq.slot));
-}
-
-void RecordingBackend::alloc_sequence_for(Sequence& seq, int32_t budget) {
-  seq.slot = take_slot();
-  record("alloc_sequence_for(budget=" + std::to_string(budget) + ") -> slot " +
-         std::to_string(seq.slot));
+  if (budget < 0) {
+    record("alloc_sequence() -> slot " + std::to_string(seq.slot));
+  } else {
+    record("alloc_sequence_for(budget=" + std::to_string(budget) + ") -> slot " +
+           std::to_string(seq.slot));
+  }
 }
 
 void RecordingBackend::free_sequence(Sequence& seq) {
@@ -176,8 +123,6 @@ void RecordingBackend::free_sequence(Sequence& seq) {
   release_slot(seq.slot);
   seq.slot = kDetachedSlot;
 }
-
-void RecordingBackend::cache_sequence(Sequence& seq) { record("cache_sequence(" + sid(seq) + ")"); }
 
 void RecordingBackend::compact_sequence(Sequence& seq, int64_t new_slot) {
   record("compact_sequence(" + sid(seq) + ", new_slot=" + std::to_string(new_slot) + ")");
@@ -193,32 +138,6 @@ int32_t RecordingBackend::num_free_blocks() {
   const int32_t f = std::max(0, cfg_.total_blocks - (used_blocks_ + cfg_.held_blocks));
   record("num_free_blocks() -> " + std::to_string(f));
   return f;
-}
-
-int32_t RecordingBackend::adapter_id_for(int32_t slot) {
-  record("adapter_id_for(" + std::to_string(slot) + ")");
-  return 0;
-}
-
-int32_t RecordingBackend::acquire_adapter_slot(int32_t slot) {
-  record("acquire_adapter_slot(" + std::to_string(slot) + ")");
-  return slot;
-}
-
-void RecordingBackend::ep_broadcast_cmd_for_seq(uint32_t seq, uint32_t cmd) {
-  record("ep_broadcast_cmd_for_seq(seq=" + std::to_string(seq) + ", cmd=" + hex(cmd) + ")");
-}
-
-void RecordingBackend::ep_broadcast_cmd(uint32_t word) {
-  record("ep_broadcast_cmd(" + hex(word) + ")");
-}
-
-void RecordingBackend::ep_broadcast_tokens(const std::vector<int32_t>& tokens) {
-  record("ep_broadcast_tokens(n=" + std::to_string(tokens.size()) + ")");
-}
-
-void RecordingBackend::ep_sync_vision_embeds(int32_t n) {
-  record("ep_sync_vision_embeds(n=" + std::to_string(n) + ")");
 }
 
 // The fake's block rule: tokens plus the next position; tables never shrink.
@@ -315,8 +234,9 @@ void RecordingBackend::prefill_batch_chunk(const std::vector<PrefillSlice>& slic
          ", stream=" + std::to_string(stream) + ")");
 }
 
-void RecordingBackend::decode_batch(const std::vector<int32_t>& tokens,
-                                    const std::vector<Sequence*>& seqs, int32_t stream) {
+std::vector<int32_t> RecordingBackend::decode_batch(const std::vector<int32_t>& tokens,
+                                                    const std::vector<Sequence*>& seqs,
+                                                    int32_t stream, bool argmax) {
   std::vector<std::string> before;
   for (const Sequence* s : seqs) before.push_back(sid(*s));
   const std::string text = "decode_batch(tokens=" + int_list(tokens) +
@@ -332,6 +252,7 @@ void RecordingBackend::decode_batch(const std::vector<int32_t>& tokens,
   rows_.clear();
   host_rows_.clear();
   for (size_t i = 0; i < seqs.size(); ++i) rows_.push_back(decode_row(*seqs[i], tokens[i]));
+  return argmax ? rows_ : std::vector<int32_t>{};
 }
 
 // One sequence's verify row (trace spec 2.4): position i answers the script after it, until an
@@ -420,21 +341,6 @@ void RecordingBackend::commit_accepted_prefix(Sequence& seq, int32_t na, int32_t
          ", k=" + std::to_string(k) + ")");
 }
 
-void RecordingBackend::commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) {
-  record("commit_ctx(" + sid(seq) + ", n=" + std::to_string(n) + ", base=" + std::to_string(base) +
-         ", row=" + std::to_string(row) + ")");
-}
-
-void RecordingBackend::normalize_ssm_states(Sequence& seq, int32_t stream) {
-  record("normalize_ssm_states(" + sid(seq) + ", stream=" + std::to_string(stream) + ")");
-}
-
-void RecordingBackend::poll_innerq() { record("poll_innerq()"); }
-
-void RecordingBackend::decode_marconi_checkpoint(Sequence& seq) {
-  record("decode_marconi_checkpoint(" + sid(seq) + ")");
-}
-
 // Reading a row the last forward did not produce is a scheduler bug, never a fallback.
 int32_t RecordingBackend::checked_row(int32_t row) const {
   if (row < 0 || static_cast<size_t>(row) >= rows_.size()) {
@@ -457,16 +363,6 @@ std::vector<int32_t> RecordingBackend::argmax_batch(int32_t row, int32_t n, int3
   record("argmax_batch(row=" + std::to_string(row) + ", n=" + std::to_string(n) +
          ", stream=" + std::to_string(stream) + ") -> " + int_list(out));
   return out;
-}
-
-void RecordingBackend::copy_logits_to_host(int32_t row, int32_t n) {
-  for (int32_t i = 0; i < n; ++i) {
-    std::vector<uint16_t> bf16(static_cast<size_t>(cfg_.vocab), 0);
-    bf16.at(static_cast<size_t>(checked_row(row + i))) = kBf16Thirty;
-    host_rows_[row + i] = std::move(bf16);
-  }
-  record("copy_logits_to_host(row=" + std::to_string(row) +
-         ", off=0, bytes=" + std::to_string(n * cfg_.vocab * 2) + ")");
 }
 
 }  // namespace met::testing

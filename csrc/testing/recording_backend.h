@@ -1,6 +1,6 @@
 // Owns: the recording fake model of the trace spec (section 2): slot pool, KV block counter,
 // per-request scripts, the logits rows of the last forward, and the trace buffer its lines go to.
-// Called by: the scheduler (as a Backend) inside the scenario harness; tests.
+// Called by: the scheduler (as its Backend and its TraceHooks) inside the scenario harness; tests.
 // Invariants: every recorded call appends exactly one line, in call order, to the same buffer the
 // scheduler's effect applier writes `fx` lines to; the fake's answers depend only on the scripts
 // and the call history, so a run is byte-for-byte reproducible.
@@ -14,6 +14,8 @@
 
 #include "met/backend.h"
 #include "met/effects.h"
+#include "met/step_plan.h"
+#include "met/trace_hooks.h"
 
 namespace met::testing {
 
@@ -45,7 +47,9 @@ struct Script {
   int32_t cancel_at = -1;     // -1: never; else raise the cancel flag at this many generated
 };
 
-class RecordingBackend : public Backend {
+// The fake executor (Backend) and the trace adapter (TraceHooks) in one: each plan is spelled
+// back as the reference call it stands for, each hook as the reference's no-op call.
+class RecordingBackend : public Backend, public TraceHooks {
  public:
   explicit RecordingBackend(FakeModelConfig cfg);
 
@@ -56,66 +60,67 @@ class RecordingBackend : public Backend {
   void set_cancel_hook(std::function<void(uint64_t)> hook) { cancel_ = std::move(hook); }
   TraceBuffer& trace() { return trace_; }
 
-  int32_t vocab_size() override { return cfg_.vocab; }
-  int32_t block_size() override { return cfg_.block_size; }
-  int32_t num_total_blocks() override { return cfg_.total_blocks; }
-  int32_t snapshot_pool_occupancy() override;
+  // --- Backend (recording_backend.cpp) ---
+  DeviceInfo open() override;
+  int32_t num_free_blocks() override;
+  void alloc_sequence(Sequence& seq, int32_t budget) override;
+  void free_sequence(Sequence& seq) override;
+  void compact_sequence(Sequence& seq, int64_t new_slot) override;
+  std::vector<int32_t> execute(const StepPlan& plan) override;  // recording_calls.cpp
+  void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override;
+  int32_t argmax_on_device(int32_t row, int32_t stream) override;
+  std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t stream) override;
   std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) override;
 
+  // --- TraceHooks (recording_calls.cpp) ---
   void bind_gpu_to_thread() override;
-  int32_t create_stream() override;
-  int32_t create_event() override;
+  void stream_created(int32_t stream) override;
+  void event_created(int32_t event) override;
   void record_event(int32_t event, int32_t stream) override;
   void stream_wait_event(int32_t stream, int32_t event) override;
-  void synchronize(int32_t stream) override;
-  void teardown() override;
-
-  void alloc_sequence(Sequence& seq) override;
-  void alloc_sequence_for(Sequence& seq, int32_t budget) override;
-  void free_sequence(Sequence& seq) override;
-  void cache_sequence(Sequence& seq) override;
-  void compact_sequence(Sequence& seq, int64_t new_slot) override;
-  int32_t num_free_blocks() override;
-
-  int32_t adapter_id_for(int32_t slot) override;
-  int32_t acquire_adapter_slot(int32_t slot) override;
-
+  void stream_synchronized(int32_t stream) override;
+  void torn_down() override;
+  void status_snapshot() override;
+  void adapter_id_for(int32_t slot) override;
+  void acquire_adapter_slot(int32_t slot) override;
   void ep_broadcast_cmd_for_seq(uint32_t seq, uint32_t cmd) override;
   void ep_broadcast_cmd(uint32_t word) override;
   void ep_broadcast_tokens(const std::vector<int32_t>& tokens) override;
   void ep_sync_vision_embeds(int32_t n) override;
+  void poll_innerq() override;
+  void normalize_ssm_states(const Sequence& seq, int32_t stream) override;
+  void decode_marconi_checkpoint(const Sequence& seq) override;
+  void commit_ctx(const Sequence& seq, int32_t n, int32_t base, int32_t row) override;
+  void argmax_batch(int32_t row, int32_t n, int32_t stream,
+                    const std::vector<int32_t>& tokens) override;
+  void copy_logits_to_host(int32_t row, int32_t n) override;
+  void cache_sequence(const Sequence& seq) override;
 
-  void prefill(Sequence& seq, const std::vector<int32_t>& prompt, int32_t stream) override;
+ private:
+  // The reference's forward calls, each run on the fake and recorded as its line.
+  void prefill(Sequence& seq, const std::vector<int32_t>& prompt, int32_t stream);
   void prefill_chunk(Sequence& seq, const std::vector<int32_t>& prompt, int32_t start, int32_t len,
-                     bool last, int32_t stream) override;
+                     bool last, int32_t stream);
   void mixed_forward(const std::vector<Sequence*>& decode_seqs,
                      const std::vector<int32_t>& decode_tokens, const PrefillSlice& slice,
-                     int32_t stream) override;
+                     int32_t stream);
   void mixed_forward_batch(const std::vector<Sequence*>& decode_seqs,
                            const std::vector<int32_t>& decode_tokens,
-                           const std::vector<PrefillSlice>& slices, int32_t stream) override;
-  void prefill_batch_chunk(const std::vector<PrefillSlice>& slices, int32_t stream) override;
-  void decode_batch(const std::vector<int32_t>& tokens, const std::vector<Sequence*>& seqs,
-                    int32_t stream) override;
-  void commit_ctx(Sequence& seq, int32_t n, int32_t base, int32_t row) override;
+                           const std::vector<PrefillSlice>& slices, int32_t stream);
+  void prefill_batch_chunk(const std::vector<PrefillSlice>& slices, int32_t stream);
+  std::vector<int32_t> decode_batch(const std::vector<int32_t>& tokens,
+                                    const std::vector<Sequence*>& seqs, int32_t stream,
+                                    bool argmax);
   std::vector<int32_t> decode_verify_batched(const std::vector<int32_t>& tokens,
                                              const std::vector<int32_t>& ks,
                                              const std::vector<Sequence*>& seqs, int32_t stream,
-                                             bool argmax) override;
+                                             bool argmax);
   void mixed_verify_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& ks,
                           const std::vector<Sequence*>& seqs,
-                          const std::vector<PrefillSlice>& slices, int32_t stream) override;
-  void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override;
-  void normalize_ssm_states(Sequence& seq, int32_t stream) override;
-  void poll_innerq() override;
-  void decode_marconi_checkpoint(Sequence& seq) override;
+                          const std::vector<PrefillSlice>& slices, int32_t stream);
 
-  int32_t argmax_on_device(int32_t row, int32_t stream) override;
-  std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t stream) override;
-  void copy_logits_to_host(int32_t row, int32_t n) override;
-
- private:
   void record(const std::string& text) { trace_.line(text); }
+  int32_t snapshot_pool_occupancy();
   const Script& script_for(const Sequence& seq) const;
   int32_t out_after(const Sequence& seq, int32_t pos) const;
   int32_t script_at(const Sequence& seq, int32_t pos) const;

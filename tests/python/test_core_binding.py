@@ -18,25 +18,13 @@ class ToyBackend(_core.Backend):
         self.decode_calls = 0
         self.fail_decode_at = fail_decode_at
         self.preempted = 0
-        self.commits: list[tuple[int, int]] = []
+        self.starts: list[tuple[int, int]] = []  # (decode row start, tokens written before it)
 
-    def vocab_size(self):
-        return 64
-
-    def block_size(self):
-        return 16
-
-    def num_total_blocks(self):
-        return 1000
+    def open(self):
+        return _core.DeviceInfo(vocab=64, block_size=16, total_blocks=1000)
 
     def num_free_blocks(self):
         return 1000
-
-    def create_stream(self):
-        return 1
-
-    def create_event(self):
-        return 2
 
     def _take_slot(self, seq):
         if self.free_slots:
@@ -45,10 +33,7 @@ class ToyBackend(_core.Backend):
             seq.slot = self.next_slot
             self.next_slot += 1
 
-    def alloc_sequence(self, seq):
-        self._take_slot(seq)
-
-    def alloc_sequence_for(self, seq, budget):
+    def alloc_sequence(self, seq, budget):
         self._take_slot(seq)
 
     def free_sequence(self, seq):
@@ -66,34 +51,20 @@ class ToyBackend(_core.Backend):
         seq.block_table = list(range(seq.seq_len // 16 + 1))
         return min(seq.tokens[-1] + 1, 63)
 
-    def prefill(self, seq, prompt, stream):
-        self.rows = [self._advance(seq, prompt[seq.seq_len :])]
-
-    def prefill_chunk(self, seq, prompt, start, length, last, stream):
-        self.rows = [self._advance(seq, prompt[start : start + length])]
-
-    def mixed_forward(self, decode_seqs, decode_tokens, prefill_slice, stream):
-        self.mixed_forward_batch(decode_seqs, decode_tokens, [prefill_slice], stream)
-
-    def mixed_forward_batch(self, decode_seqs, decode_tokens, slices, stream):
-        rows = [self._advance(s, [t]) for s, t in zip(decode_seqs, decode_tokens, strict=True)]
-        for sl in slices:
-            rows.append(self._advance(sl.seq, sl.prompt[sl.start : sl.start + sl.len]))
+    def execute(self, plan):
+        if plan.call == _core.ReferenceCall.DecodeBatch:
+            index = self.decode_calls
+            self.decode_calls += 1
+            if index in self.fail_decode_at:
+                self.preempted += 1
+                raise _core.KvExhausted()
+        rows = []
+        for row in plan.rows:
+            if row.kind == _core.RowKind.Decode:
+                self.starts.append((row.start, len(row.seq.tokens)))
+            rows.append(self._advance(row.seq, row.tokens))
         self.rows = rows
-
-    def prefill_batch_chunk(self, slices, stream):
-        self.mixed_forward_batch([], [], slices, stream)
-
-    def decode_batch(self, tokens, seqs, stream):
-        index = self.decode_calls
-        self.decode_calls += 1
-        if index in self.fail_decode_at:
-            self.preempted += 1
-            raise _core.KvExhausted()
-        self.rows = [self._advance(s, [t]) for s, t in zip(seqs, tokens, strict=True)]
-
-    def commit_ctx(self, seq, n, base, row):
-        self.commits.append((base, seq.seq_len))
+        return list(rows) if plan.argmax else []
 
     def argmax_on_device(self, row, stream):
         return self.rows[row]
@@ -143,7 +114,7 @@ def test_python_backend_drives_the_scheduler_with_a_preemption(prefill_tokens):
     done = {rid: evs[-1] for rid, evs in events.items()}
     assert (done[1].finish_reason, done[1].n, done[1].output) == ("stop", 3, [61, 62, 63])
     assert (done[2].finish_reason, done[2].n, done[2].guard) == ("length", 5, None)
-    # commit_ctx's base is the seq_len C++ reads after the Python decode_batch wrote it: had the
-    # trampoline passed copies, C++ would still see 0 and send base -1.
-    assert backend.commits and all(base == seq_len - 1 for base, seq_len in backend.commits)
-    assert min(base for base, _ in backend.commits) >= 5
+    # A decode row's start is the seq_len C++ reads after the Python execute wrote it: had the
+    # trampoline passed copies, C++ would still see 0.
+    assert backend.starts and all(start == written for start, written in backend.starts)
+    assert min(start for start, _ in backend.starts) >= 5

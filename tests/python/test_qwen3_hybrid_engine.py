@@ -103,21 +103,22 @@ def test_preemption_and_abort_free_every_state_slot(hybrid, monkeypatch):
     with met.LLM(model=str(path), **OPTIONS) as llm:
         want = _tokens(llm, PROMPTS)
         backend = llm.engine.backend
-        decode, calls, admitted = backend.decode_batch, [], []
+        execute, calls, admitted = backend.execute, [], []
         alloc = backend.alloc_sequence
 
-        def counted(seq):
+        def counted(seq, budget):
             admitted.append(seq.session_hash)
-            return alloc(seq)
+            return alloc(seq, budget)
 
-        def exhausted_once(tokens, seqs, stream):
+        def exhausted_once(plan):
             # The third decode step finds the pool full: the scheduler preempts (recompute).
-            calls.append(len(seqs))
-            if len(calls) == 3:
-                raise _core.KvExhausted("KV cache exhausted")
-            return decode(tokens, seqs, stream)
+            if plan.call == _core.ReferenceCall.DecodeBatch:
+                calls.append(len(plan.rows))
+                if len(calls) == 3:
+                    raise _core.KvExhausted("KV cache exhausted")
+            return execute(plan)
 
-        monkeypatch.setattr(backend, "decode_batch", exhausted_once)
+        monkeypatch.setattr(backend, "execute", exhausted_once)
         monkeypatch.setattr(backend, "alloc_sequence", counted)
         assert _tokens(llm, PROMPTS) == want
         # A preempted sequence was admitted again (a fresh state, its prompt and output

@@ -2,8 +2,8 @@
 // the trace spec, section 3) and the one place that applies them.
 // Called by: the scheduler only; the applier then calls the Backend.
 // Invariants: every effect goes through EffectApplier::apply, which writes its `fx` line to the
-// trace sink (when there is one) *before* the backend sees any of its calls, so a recording
-// backend that shares the sink interleaves both in true call order.
+// trace sink (when there is one) *before* the backend or the trace hooks see any of its calls, so
+// a recording backend that shares the sink interleaves both in true call order.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "met/backend.h"
+#include "met/trace_hooks.h"
 #include "met/types.h"
 
 namespace met {
@@ -26,7 +27,8 @@ class TraceSink {
 // How a decode step's rows come back: device argmax, or a host copy for the sampler.
 enum class Readback { Argmax, HostLogits };
 
-// A plain decode step: decode_batch, a unified context commit per row, then the readback.
+// A plain decode step: one decode plan (the reference's decode_batch), a unified context commit
+// per row, then the readback (a greedy step's argmax comes back with the forward).
 struct LaunchDecode {
   std::vector<Sequence*> seqs;
   std::vector<int32_t> tokens;
@@ -69,7 +71,10 @@ constexpr uint32_t kEpShutdown = 0xffffffffu;
 
 class EffectApplier {
  public:
-  EffectApplier(Backend& backend, TraceSink* sink) : backend_(backend), sink_(sink) {}
+  EffectApplier(Backend& backend, TraceSink* sink, TraceHooks* hooks)
+      : backend_(backend), sink_(sink), hooks_(hooks) {}
+  // Whether the backend has real streams to synchronize (DeviceInfo::streams).
+  void set_streams(bool streams) { streams_ = streams; }
 
   // Returns the argmax tokens of a LaunchDecode with an Argmax readback, else nothing. A
   // LaunchDecode lets the backend's KvExhausted through (nothing advanced, nothing read back).
@@ -81,6 +86,8 @@ class EffectApplier {
 
   Backend& backend_;
   TraceSink* sink_;
+  TraceHooks* hooks_;
+  bool streams_ = false;
 };
 
 }  // namespace met

@@ -3,9 +3,10 @@
 // client events of each tick.
 // Called by: the engine thread (Python, through bindings/scheduler.cpp) and the trace harness.
 // Invariants: never reads a clock (time comes in through tick), never touches a tensor; each tick
-// is plan -> StartPrefills -> ContinuePrefills -> Decode -> end of tick (trace spec section 5), and
-// every device call goes through the Backend or the EffectApplier, in the order the trace spec
-// fixes. A sequence is in exactly one of prefilling / active / requeued.
+// is plan -> StartPrefills -> ContinuePrefills -> Decode -> end of tick (trace spec section 5);
+// every forward is one StepPlan handed to Backend::execute, and every device call goes through
+// the Backend or the EffectApplier, with the reference's no-op calls reported to TraceHooks, in
+// the order the trace spec fixes. A sequence is in exactly one of prefilling / active / requeued.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "met/effects.h"
 #include "met/ngram_proposer.h"
 #include "met/spec_gate.h"
+#include "met/trace_hooks.h"
 #include "met/types.h"
 
 namespace met {
@@ -126,7 +128,9 @@ std::string spec_off_reason(SpecMode mode, const SamplingParams& p);
 
 class Scheduler {
  public:
-  Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink = nullptr);
+  // `sink` and `hooks` are the recording harness's (fx lines, the reference's no-op calls).
+  Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink = nullptr,
+            TraceHooks* hooks = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -142,6 +146,7 @@ class Scheduler {
 
   // What a decode strategy may do to the tick it runs in (see scheduler_decode.cpp).
   Backend& backend() { return backend_; }
+  TraceHooks* hooks() { return hooks_; }
   EffectApplier& effects() { return fx_; }
   Readback readback_plan(const std::vector<Live*>& rows) const;
   std::vector<SampledToken> read_rows(const std::vector<Live*>& rows, Readback plan,
@@ -203,8 +208,10 @@ class Scheduler {
   bool at_ceiling(const Live& live) const;
 
   Backend& backend_;
+  TraceHooks* hooks_;
   SchedulerConfig cfg_;
   EffectApplier fx_;
+  DeviceInfo info_;
   int32_t block_size_;
   int32_t prefill_stream_;
   int32_t prefill_event_;

@@ -1,5 +1,5 @@
-"""The rows of one packed forward, as TorchBackend builds them from the scheduler's calls, and
-their packing into the flat tensors of met's paged model forward."""
+"""The rows of one packed forward, as TorchBackend builds them from the scheduler's StepPlan,
+and their packing into the flat tensors of met's paged model forward."""
 
 from __future__ import annotations
 
@@ -22,22 +22,14 @@ class Row:
     draft: bool = False
 
 
-def slice_row(piece: _core.PrefillSlice) -> Row:
-    prompt = piece.prompt
-    return Row(piece.seq, list(prompt[piece.start : piece.start + piece.len]), piece.start)
-
-
-def decode_rows(seqs, tokens) -> list[Row]:
-    return [Row(seq, [int(tok)], seq.seq_len) for seq, tok in zip(seqs, tokens, strict=True)]
-
-
-def verify_rows(tokens, ks, seqs) -> list[Row]:
-    """A sequence's last token and its k draft tokens per row; `tokens` holds them back to back."""
-    rows, off = [], 0
-    for seq, k in zip(seqs, ks, strict=True):
-        rows.append(Row(seq, [int(t) for t in tokens[off : off + 1 + k]], seq.seq_len, k > 0))
-        off += 1 + k
-    return rows
+def plan_rows(plan: _core.StepPlan) -> tuple[list[Row], int]:
+    """The rows of a StepPlan, and how many of them (its verify rows, first) take a logits row
+    per position."""
+    rows, spread = [], 0
+    for r in plan.rows:
+        rows.append(Row(r.seq, r.tokens, r.start, r.draft > 0))
+        spread += r.kind == _core.RowKind.Verify
+    return rows, spread
 
 
 def pack_rows(

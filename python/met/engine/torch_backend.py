@@ -1,6 +1,6 @@
 """The real device behind the C++ scheduler: a torch model over a paged KV cache.
 
-The scheduler decides what runs; this backend turns each forward call into one packed batched
+The scheduler decides what runs; this backend runs each tick's StepPlan as one packed batched
 forward, with KV pages handed out by the C++ block manager (keyed by the sequence's request id).
 """
 
@@ -13,14 +13,11 @@ import torch
 
 from met import _core
 from met.constraints import MaskPrefetch, SequenceGrammar
-from met.engine.forward_rows import Row, decode_rows, pack_rows, slice_row, verify_rows
+from met.engine.forward_rows import Row, pack_rows, plan_rows
 from met.engine.hybrid import StateCheckpoints
 from met.engine.kernel_sampling import kernel_params, kernel_samples
 from met.engine.prompt_logprobs import PromptScores
 from met.model.sampler import SampleSpec, sample
-
-# Calls the scheduler issues for the trace's sake that mean nothing to a single-process dense
-# model (streams/events on CPU, EP words, SSM checkpoints) are inherited no-ops from _core.Backend.
 
 
 class TorchBackend(_core.Backend):
@@ -69,14 +66,15 @@ class TorchBackend(_core.Backend):
         self._marks: list[int] = []  # the checkpoints of the forward being run, flat triples
 
     # --- silent queries ---
-    def vocab_size(self) -> int:
-        return self.model.config.vocab
-
-    def block_size(self) -> int:
-        return self.blocks.block_size()
-
-    def num_total_blocks(self) -> int:
-        return self.blocks.num_total_blocks()
+    def open(self) -> _core.DeviceInfo:
+        """The prefill stream and its event are real on a GPU; on the CPU the scheduler's ids
+        are labels only and it never asks to join or synchronize them."""
+        vocab, block_size = self.model.config.vocab, self.blocks.block_size()
+        total = self.blocks.num_total_blocks()
+        if not self.streams:
+            return _core.DeviceInfo(vocab, block_size, total)
+        stream, event = self.streams.create_stream(), self.streams.create_event()
+        return _core.DeviceInfo(vocab, block_size, total, True, stream, event)
 
     def num_free_blocks(self) -> int:
         return self.blocks.num_free_blocks()
@@ -96,36 +94,22 @@ class TorchBackend(_core.Backend):
             seq.cached_len = cached
         return cached
 
-    # --- streams and events: real CUDA streams on a GPU; on the CPU the ids are labels only ---
-    def create_stream(self) -> int:
-        return self.streams.create_stream() if self.streams else 1
-
-    def create_event(self) -> int:
-        return self.streams.create_event() if self.streams else 2
-
-    def record_event(self, event: int, stream: int) -> None:
-        if self.streams:
-            self.streams.record_event(event, stream)
-
-    def stream_wait_event(self, stream: int, event: int) -> None:
-        if self.streams:
-            self.streams.stream_wait_event(stream, event)
+    # --- streams and events: called only on a GPU (DeviceInfo.streams) ---
+    def join_streams(self, event: int, recorded: int, waiting: int) -> None:
+        self.streams.record_event(event, recorded)
+        self.streams.stream_wait_event(waiting, event)
 
     def synchronize(self, stream: int) -> None:
-        if self.streams:
-            self.streams.synchronize(stream)
+        self.streams.synchronize(stream)
 
     def _on(self, stream: int) -> AbstractContextManager:
         return self.streams.use(stream) if self.streams else nullcontext()
 
     # --- sequences ---
-    def alloc_sequence(self, seq: _core.Sequence) -> None:
+    def alloc_sequence(self, seq: _core.Sequence, budget: int) -> None:
         seq.slot = self._free_slots.pop()
         if self._state is not None:  # a hybrid model's sequence starts from a zeroed state
             self._state.reset([seq.slot])
-
-    def alloc_sequence_for(self, seq: _core.Sequence, budget: int) -> None:
-        self.alloc_sequence(seq)
 
     def free_sequence(self, seq: _core.Sequence) -> None:
         if self.blocks.has(seq.session_hash):
@@ -148,43 +132,14 @@ class TorchBackend(_core.Backend):
         self._free_slots.append(slot)
         self._free_slots.sort(reverse=True)
 
-    # --- forwards ---
-    def prefill(self, seq: _core.Sequence, prompt: list[int], stream: int) -> None:
-        start = seq.seq_len
-        self._forward([Row(seq, list(prompt[start:]), start)], stream)
-
-    def prefill_chunk(self, seq, prompt, start, length, last, stream) -> None:
-        self._forward([Row(seq, list(prompt[start : start + length]), start)], stream)
-
-    def mixed_forward(self, decode_seqs, decode_tokens, prefill_slice, stream) -> None:
-        rows = decode_rows(decode_seqs, decode_tokens) + [slice_row(prefill_slice)]
-        self._forward(rows, stream)
-
-    def mixed_forward_batch(self, decode_seqs, decode_tokens, slices, stream) -> None:
-        rows = decode_rows(decode_seqs, decode_tokens)
-        self._forward(rows + [slice_row(s) for s in slices], stream)
-
-    def prefill_batch_chunk(self, slices, stream) -> None:
-        self._forward([slice_row(s) for s in slices], stream)
-
-    def decode_batch(self, tokens, seqs, stream) -> None:
-        self._forward(decode_rows(seqs, tokens), stream)
-
-    def decode_verify_batched(self, tokens, ks, seqs, stream, argmax) -> list[int]:
-        """Every position of every row gets a logits row (row i of the forward is packed token
-        i). The packed forward computes each token's row on its own, so a verify position's
-        logits are the ones a one-token decode at that position would give."""
-        rows = verify_rows(tokens, ks, seqs)
-        self._forward(rows, stream, spread=len(rows))
-        if not argmax:
-            return []
-        with self._on(stream):
-            return self._logits.argmax(dim=-1).tolist()
-
-    def mixed_verify_batch(self, tokens, ks, seqs, slices, stream) -> None:
-        """The verify rows as decode_verify_batched lays them out, then one row per slice."""
-        rows = verify_rows(tokens, ks, seqs)
-        self._forward(rows + [slice_row(s) for s in slices], stream, spread=len(rows))
+    # --- the forward ---
+    def execute(self, plan: _core.StepPlan) -> list[int]:
+        """One packed forward of the plan's rows. Its verify rows (first in the plan) get a
+        logits row per position: the packed forward computes each token's row on its own, so a
+        verify position's logits are the ones a one-token decode at that position would give."""
+        rows, spread = plan_rows(plan)
+        self._forward(rows, plan.stream, spread)
+        return self._argmax_rows() if plan.argmax else []
 
     def commit_accepted_prefix(self, seq: _core.Sequence, na: int, k: int) -> None:
         seq_id = seq.session_hash
@@ -332,15 +287,15 @@ class TorchBackend(_core.Backend):
         return self.argmax_batch(row, 1, stream)[0]
 
     def argmax_batch(self, row: int, n: int, stream: int) -> list[int]:
+        return self._argmax_rows(row, row + n)
+
+    def _argmax_rows(self, start: int = 0, stop: int | None = None) -> list[int]:
         with self._on(self._logits_stream):
             if isinstance(self._greedy, torch.Tensor):
                 self._greedy = self._greedy.tolist()  # the step's one wait for the device
             if self._greedy is not None:
-                return self._greedy[row : row + n]
-            return self._logits[row : row + n].argmax(dim=-1).tolist()
-
-    def copy_logits_to_host(self, row: int, n: int) -> None:
-        """Sampling runs where the logits already live; nothing to copy."""
+                return self._greedy[start:stop]
+            return self._logits[start:stop].argmax(dim=-1).tolist()
 
     def sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         with self._on(self._logits_stream):

@@ -1,9 +1,11 @@
 """Rank 0's backend: the single-process TorchBackend, plus the other ranks kept in step.
 
-The scheduler's EP words (trace spec section 7), which mean nothing to one process, go to the
-workers as they are issued; every forward first sends its packed inputs, block tables
-included, then runs rank 0's own shard, whose all-reduces meet the workers' inside the layers.
-ep_sync_vision_embeds sends nothing: these models have no vision tower to sync.
+The workers still speak the reference's EP words (trace spec section 7), which this backend
+derives from the scheduler's own calls: a standalone prefill plan (the reference's prefill and
+prefill_chunk) is announced first, a released slot is told, and teardown is the shutdown word.
+Every forward then sends its packed inputs, block tables included, and runs rank 0's own
+shard, whose all-reduces meet the workers' inside the layers. There is no vision embedding to
+sync: these models have no vision tower.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from met.parallel.dist import Group
 from met.parallel.protocol import Kind
 
 _PING_EVERY_S = 1.0
+# The plans that run one prompt chunk on its own, which the workers check against its
+# announcement.
+_ANNOUNCED = (_core.ReferenceCall.Prefill, _core.ReferenceCall.PrefillChunk)
 
 
 class TensorParallelBackend(TorchBackend):
@@ -30,16 +35,31 @@ class TensorParallelBackend(TorchBackend):
         self._last_ping = time.monotonic()
         self._shut_down = False
 
-    def ep_broadcast_cmd_for_seq(self, seq: int, cmd: int) -> None:
-        self.group.send(protocol.header(Kind.SEQ_WORD, seq, cmd))
-        self._shut_down = cmd == protocol.EP_SHUTDOWN
+    def execute(self, plan: _core.StepPlan) -> list[int]:
+        if plan.call in _ANNOUNCED:
+            self._announce(plan.rows[0])
+        return super().execute(plan)
 
-    def ep_broadcast_cmd(self, word: int) -> None:
-        self.group.send(protocol.header(Kind.WORD, word))
-
-    def ep_broadcast_tokens(self, tokens: list[int]) -> None:
-        payload = torch.tensor(list(tokens), dtype=torch.int64)
+    def _announce(self, row: _core.PlanRow) -> None:
+        """The chunk's (length, start, prompt length) and the whole prompt, before its forward."""
+        prompt = row.prompt
+        self._seq_word(row.seq.slot, protocol.EP_PREFILL)
+        for word in (len(row.tokens), row.start, len(prompt)):
+            self.group.send(protocol.header(Kind.WORD, word))
+        payload = torch.tensor(prompt, dtype=torch.int64)
         self.group.send(protocol.header(Kind.TOKENS, payload_len=payload.numel()), payload)
+
+    def free_sequence(self, seq: _core.Sequence) -> None:
+        slot = seq.slot
+        super().free_sequence(seq)
+        self._seq_word(slot, protocol.EP_FREE)
+
+    def teardown(self) -> None:
+        self._seq_word(0, protocol.EP_SHUTDOWN)
+
+    def _seq_word(self, slot: int, cmd: int) -> None:
+        self.group.send(protocol.header(Kind.SEQ_WORD, slot, cmd))
+        self._shut_down = cmd == protocol.EP_SHUTDOWN
 
     def _run_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         n_tok, n_rows, payload = protocol.pack_forward(inputs)
