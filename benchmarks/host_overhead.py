@@ -1,11 +1,11 @@
-"""Host overhead of a batch-1 decode step: how much of each engine step is spent outside the C++
+"""Host overhead of a decode step: how much of each engine step is spent outside the C++
 forward (scheduler tick, the Python backend's packing and bookkeeping, greedy readback).
 
-Steps met's engine by hand on the default model (GGUF weights, the C++ CPU forward), one request,
-greedy, and compares each decode step's wall time with the time the C++ forward reports for it.
-Prints medians and the overall share; --json FILE writes them. Never asserts.
+Steps met's engine by hand on the default model (GGUF weights, the C++ CPU forward), `--batch`
+greedy requests at once, and compares each decode step's wall time with the time the C++ forward
+reports for it. Prints medians and the overall share; --json FILE writes them. Never asserts.
 
-    .venv/bin/python benchmarks/host_overhead.py [--model FILE] [--tokens 128] [--json FILE]
+    .venv/bin/python benchmarks/host_overhead.py [--model FILE] [--batch 1,32] [--tokens 128]
 """
 
 from __future__ import annotations
@@ -20,25 +20,30 @@ from met.model.cpu_llama import CpuLlama
 from met.sampling import SamplingParams
 
 
-def measure(model: str | None, tokens: int, prompt_len: int) -> dict[str, float]:
-    llm = met.LLM(model=model, max_num_seqs=1)
+def measure(model: str | None, tokens: int, prompt_len: int, batch: int) -> dict[str, float]:
+    llm = met.LLM(model=model, max_num_seqs=batch)
     engine = llm.engine
     forward = engine.backend.model
     if not isinstance(forward, CpuLlama):
         raise SystemExit("the model does not run through the C++ CPU forward (not Q8_0/Q4_x?)")
-    prompt = [100 + (i * 7919) % 1000 for i in range(prompt_len)]
     greedy = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    engine.add_request("r", prompt, greedy)
-    walls, kernels = [], []
+    for r in range(batch):
+        prompt = [100 + (i * 7919 + r * 131) % 1000 for i in range(prompt_len)]
+        engine.add_request(f"r{r}", prompt, greedy)
+    started_ids: set[str] = set()
+    pairs, made = [], 0  # (wall, forward) of the steps that decoded every request, their tokens
     while engine.has_work():
+        decoding = len(started_ids) == batch
         before_kernel, started = forward.kernel_seconds, time.perf_counter()
-        engine.step()
-        walls.append(time.perf_counter() - started)
-        kernels.append(forward.kernel_seconds - before_kernel)
+        deltas = engine.step()
+        wall, kernel = time.perf_counter() - started, forward.kernel_seconds - before_kernel
+        if any(d.finished for d in deltas):
+            break  # the batch shrinks from here on
+        started_ids.update(d.request_id for d in deltas if d.token_ids)
+        if decoding and kernel > 0:
+            pairs.append((wall, kernel))
+            made += sum(len(d.token_ids) for d in deltas)
     llm.close()
-    # The first steps prefill; decode steps are those after the first one that ran a forward.
-    first = next(i for i, k in enumerate(kernels) if k > 0)
-    pairs = [(w, k) for w, k in zip(walls[first + 1 :], kernels[first + 1 :], strict=True) if k > 0]
     decode_wall = sum(w for w, _ in pairs)
     decode_kernel = sum(k for _, k in pairs)
     return {
@@ -47,22 +52,13 @@ def measure(model: str | None, tokens: int, prompt_len: int) -> dict[str, float]
         "forward_ms_median": 1e3 * statistics.median(k for _, k in pairs),
         "host_ms_median": 1e3 * statistics.median(w - k for w, k in pairs),
         "host_share": (decode_wall - decode_kernel) / decode_wall,
-        "tokens_per_s": len(pairs) / decode_wall,
+        "tokens_per_s": made / decode_wall,
         "threads": forward.n_threads,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="GGUF file (default: the default model)")
-    parser.add_argument("--tokens", type=int, default=128, help="tokens to decode")
-    parser.add_argument("--prompt-len", type=int, default=16)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", help="write the figures here")
-    args = parser.parse_args()
-    runs = [measure(args.model, args.tokens, args.prompt_len) for _ in range(args.runs)]
-    best = min(runs, key=lambda r: r["host_share"])
-    print(f"batch-1 decode, {best['decode_steps']} steps, {best['threads']} threads")
+def report(batch: int, runs: list[dict[str, float]]) -> None:
+    print(f"batch-{batch} decode, {runs[0]['decode_steps']} steps, {runs[0]['threads']} threads")
     header = ("run", "step ms", "forward ms", "host ms", "host share", "tok/s")
     print("{:>4} {:>8} {:>10} {:>8} {:>10} {:>7}".format(*header))
     for i, r in enumerate(runs):
@@ -70,9 +66,25 @@ def main() -> None:
             f"{i:>4} {r['step_ms_median']:>8.3f} {r['forward_ms_median']:>10.3f} "
             f"{r['host_ms_median']:>8.3f} {100 * r['host_share']:>9.2f}% {r['tokens_per_s']:>7.1f}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="GGUF file (default: the default model)")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens to decode")
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--batch", default="1", help="comma-separated batch sizes")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    out = {}
+    for batch in map(int, args.batch.split(",")):
+        runs = [measure(args.model, args.tokens, args.prompt_len, batch) for _ in range(args.runs)]
+        report(batch, runs)
+        out[batch] = runs
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": runs}, f, indent=2)
+            json.dump({"runs": out}, f, indent=2)
 
 
 if __name__ == "__main__":

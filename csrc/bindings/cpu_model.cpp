@@ -64,18 +64,23 @@ void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr
 }
 
 // The backend's own shape of a step: each row's new tokens, the position of its first one and
-// its block table. Packing here rather than in Python keeps a decode step's host work small.
+// its block table; the first `spread` rows (verify rows) get a logits row per token, the others
+// one for their last. Packing here rather than in Python keeps a step's host work small.
 py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t>>& tokens,
                   const std::vector<int32_t>& starts,
-                  const std::vector<std::vector<int32_t>>& tables, uintptr_t logits,
-                  const std::vector<int32_t>& state_slots,
+                  const std::vector<std::vector<int32_t>>& tables, uintptr_t logits, int64_t spread,
+                  const std::vector<int32_t>& state_slots, const std::vector<uint8_t>& verify,
                   const std::vector<int64_t>& checkpoints) {
   const size_t n_rows = tokens.size();
   if (starts.size() != n_rows || tables.size() != n_rows) {
     throw py::value_error("tokens, starts and tables need one entry per row");
   }
-  if (!state_slots.empty() && state_slots.size() != n_rows) {
-    throw py::value_error("state_slots: one per row, or none");
+  if (spread < 0 || static_cast<size_t>(spread) > n_rows) {
+    throw py::value_error("spread: between 0 and the number of rows");
+  }
+  if ((!state_slots.empty() && state_slots.size() != n_rows) ||
+      (!verify.empty() && verify.size() != n_rows)) {
+    throw py::value_error("state_slots and verify: one per row, or none");
   }
   if (checkpoints.size() % 3 != 0) {
     throw py::value_error("checkpoints: (row, position, index) triples, flat");
@@ -87,10 +92,14 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
   std::vector<int64_t> logits_rows;
   for (size_t b = 0; b < n_rows; ++b) {
     if (tokens[b].empty()) throw py::value_error("a row needs at least one token");
+    const auto first = static_cast<int64_t>(ids.size());
     ids.insert(ids.end(), tokens[b].begin(), tokens[b].end());
     cu.push_back(static_cast<int32_t>(ids.size()));
     lens.push_back(starts[b] + static_cast<int32_t>(tokens[b].size()));
-    logits_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
+    const auto end = static_cast<int64_t>(ids.size());
+    for (int64_t t = b < static_cast<size_t>(spread) ? first : end - 1; t < end; ++t) {
+      logits_rows.push_back(t);
+    }
     std::copy(tables[b].begin(), tables[b].end(), flat.begin() + b * stride);
   }
   cpu::ForwardBatch batch;
@@ -98,8 +107,9 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
   batch.rows = cpu::AttnRows{static_cast<int64_t>(n_rows), cu.data(), lens.data(), flat.data(),
                              static_cast<int64_t>(stride)};
   batch.logits_rows = logits_rows.data();
-  batch.n_logits = static_cast<int64_t>(n_rows);
+  batch.n_logits = static_cast<int64_t>(logits_rows.size());
   batch.state_slots = state_slots.empty() ? nullptr : state_slots.data();
+  batch.verify = verify.empty() ? nullptr : verify.data();
   batch.checkpoints = checkpoints.data();
   batch.n_checkpoints = static_cast<int64_t>(checkpoints.size() / 3);
   forward_without_gil(self, batch, logits);
@@ -123,11 +133,14 @@ void bind_cpu_model(py::module_& m) {
            "logits [n_logits, vocab]; with recurrent layers int32 state slots and uint8 verify "
            "flags per row (0: none verify) and int64 (row, position, index) checkpoint triples")
       .def("forward_rows", &run_rows, py::arg("tokens"), py::arg("starts"), py::arg("tables"),
-           py::arg("logits"), py::arg("state_slots") = std::vector<int32_t>{},
+           py::arg("logits"), py::arg("spread") = 0,
+           py::arg("state_slots") = std::vector<int32_t>{},
+           py::arg("verify") = std::vector<uint8_t>{},
            py::arg("checkpoints") = std::vector<int64_t>{},
-           "rows given as their new tokens, first positions and block tables (and state slots, "
-           "with recurrent layers); fills fp32 logits [rows, vocab] of each row's last token and "
-           "returns each row's argmax")
+           "rows given as their new tokens, first positions and block tables (and state slots "
+           "and verify flags, with recurrent layers); fills fp32 logits of each token of the "
+           "first `spread` rows and of every other row's last token, and returns each logits "
+           "row's argmax")
       .def(
           "set_recurrent_state",
           [](cpu::LlamaForward& self, const cpu::RecurrentState& state) {

@@ -307,3 +307,25 @@ def test_forward_rows_packs_like_forward() -> None:
         assert greedy == got.argmax(dim=-1).tolist()
     with pytest.raises(ValueError):
         cpu.forward_rows([[1], []], [0, 0], [[0], [1]])
+
+
+@pytest.mark.parametrize("spread", [1, 2])
+def test_forward_rows_spreads_verify_rows(spread: int) -> None:
+    """The first `spread` rows (a verify step's) get a logits row per token, the same bits the
+    whole-position forward gives them, and each logits row its argmax."""
+    model = quant_model()
+    packed = PagedRunner(model, num_blocks=64, block_size=4)
+    packed.model = CpuLlama(model, packed.cache)
+    by_rows = PagedRunner(model, num_blocks=64, block_size=4)
+    cpu = CpuLlama(model, by_rows.cache)
+    for rows in STEPS:
+        logits, verify = packed.step(rows), min(spread, len(rows))
+        want = [row for every in logits[:verify] for row in every]
+        want += [every[-1] for every in logits[verify:]]
+        starts = by_rows.reserve(rows)
+        tables = [by_rows.tables[name] for name, _ in rows]
+        got, greedy = cpu.forward_rows([tokens for _, tokens in rows], starts, tables, verify)
+        assert torch.equal(got, torch.stack(want))
+        assert greedy == got.argmax(dim=-1).tolist()
+    with pytest.raises(ValueError, match="spread"):
+        cpu.forward_rows([[1]], [0], [[0]], spread=2)

@@ -177,19 +177,27 @@ class TorchBackend(_core.Backend):
             if scored:
                 self._logits = self._score_prompts(rows, tables, scored, spread)
                 self._greedy = None
-            elif spread:
-                self._logits = self._run_model(self._pack(rows, tables, spread))
-                self._greedy = None
             elif self._forward_rows is not None:
-                starts = [row.start for row in rows]
-                # A hybrid's rows carry their recurrent state slots and checkpoints.
-                state = [] if self._state is None else [[row.seq.slot for row in rows], self._marks]
                 self._logits, self._greedy = self._forward_rows(
-                    [row.tokens for row in rows], starts, tables, *state
+                    [row.tokens for row in rows],
+                    [row.start for row in rows],
+                    tables,
+                    spread,
+                    **self._row_state(rows),
                 )
             else:
-                self._logits = self._run_model(self._pack(rows, tables))
+                self._logits = self._run_model(self._pack(rows, tables, spread))
                 self._greedy = None
+
+    def _row_state(self, rows: list[Row]) -> dict[str, list]:
+        """A hybrid's rows carry their recurrent state slots, verify flags and checkpoints."""
+        if self._state is None:
+            return {}
+        return {
+            "state_slots": [row.seq.slot for row in rows],
+            "state_checkpoints": self._marks,
+            "verify": [row.draft for row in rows],
+        }
 
     def _scored_rows(self, rows: list[Row]) -> dict[int, PromptScores]:
         """Rows (by index) whose every position's logits score a prompt."""

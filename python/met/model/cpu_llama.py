@@ -239,19 +239,30 @@ class CpuLlama:
         tokens: list[list[int]],
         starts: list[int],
         tables: list[list[int]],
+        spread: int = 0,
         state_slots: list[int] | None = None,
         state_checkpoints: list[int] | None = None,
+        verify: list[bool] | None = None,
     ) -> tuple[Tensor, list[int]]:
-        """Logits [rows, vocab] of each row's last token and each row's argmax (torch.argmax's
-        pick); a row is its new tokens, the position of the first and its block table (and,
-        with recurrent layers, its state slot; state_checkpoints: flat (row, position, index)
-        triples, as forward's). The backend's path: packing and the greedy pick
-        happen in C++, so a step creates one torch tensor."""
-        logits = torch.empty(len(tokens), self.config.vocab, dtype=torch.float32)
-        if self.cache.state is not None and self._pools != _pool_addresses(self.cache.state):
-            self._point_at_state()
+        """Logits [logits rows, vocab] and each logits row's argmax (torch.argmax's pick): a row
+        for every token of the first `spread` rows (verify rows), one for each other row's last
+        token. A row is its new tokens, the position of the first and its block table (and, with
+        recurrent layers, its state slot and whether it verifies drafts; state_checkpoints: flat
+        (row, position, index) triples, as forward's). The backend's path: packing and the
+        greedy pick happen in C++, so a step creates one torch tensor."""
+        n_logits = sum(map(len, tokens[:spread])) + len(tokens) - spread
+        logits = torch.empty(n_logits, self.config.vocab, dtype=torch.float32)
+        flags = [] if verify is None else [int(v) for v in verify]
+        if self.cache.state is not None:
+            kept = [len(t) for t, v in zip(tokens, flags, strict=True) if v] if flags else []
+            if kept:
+                self.cache.state.keep_snapshots(max(kept))
+            if self._pools != _pool_addresses(self.cache.state):
+                self._point_at_state()
         slots, marks = state_slots or [], state_checkpoints or []
-        greedy = self._impl.forward_rows(tokens, starts, tables, logits.data_ptr(), slots, marks)
+        greedy = self._impl.forward_rows(
+            tokens, starts, tables, logits.data_ptr(), spread, slots, flags, marks
+        )
         return logits, greedy
 
 

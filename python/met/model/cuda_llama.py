@@ -89,12 +89,13 @@ class CudaLlama:
 
     # --- entry points ---
     def forward_rows(
-        self, tokens: list[list[int]], starts: list[int], tables: list[list[int]]
+        self, tokens: list[list[int]], starts: list[int], tables: list[list[int]], spread: int = 0
     ) -> tuple[Tensor, Tensor]:
-        """Logits [rows, vocab] of each row's last token and each row's argmax (int32, on the
-        device: reading it is the step's one wait); a row is its new tokens, the position of the
-        first and its block table."""
-        packed = _pack(tokens, starts, tables, self.cache.block_size)
+        """Logits [logits rows, vocab] and each logits row's argmax (int32, on the device:
+        reading it is the step's one wait): a row for every token of the first `spread` rows
+        (verify rows), one for each other row's last token. A row is its new tokens, the
+        position of the first and its block table."""
+        packed = _pack(tokens, starts, tables, self.cache.block_size, spread)
         self._validate(packed)
         logits = self._run(packed)
         return logits, self.ops.argmax(logits)
@@ -251,9 +252,14 @@ class CudaLlama:
 
 
 def _pack(
-    tokens: list[list[int]], starts: list[int], tables: list[list[int]], block_size: int
+    tokens: list[list[int]],
+    starts: list[int],
+    tables: list[list[int]],
+    block_size: int,
+    spread: int = 0,
 ) -> dict[str, np.ndarray]:
-    """The flat arrays of one packed forward from its rows (new tokens, first position, table)."""
+    """The flat arrays of one packed forward from its rows (new tokens, first position, table);
+    the first `spread` rows get a logits row per token."""
     q_lens = np.fromiter(map(len, tokens), np.int64, len(tokens))
     cu = np.zeros(len(tokens) + 1, np.int64)
     np.cumsum(q_lens, out=cu[1:])
@@ -275,7 +281,7 @@ def _pack(
         "tables": table,
         "lens": (np.asarray(starts, np.int64) + q_lens).astype(np.int32),
         "cu": cu.astype(np.int32),
-        "rows": cu[1:] - 1,
+        "rows": np.concatenate([np.arange(cu[spread]), cu[spread + 1 :] - 1]),
     }
 
 
