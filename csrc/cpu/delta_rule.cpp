@@ -37,31 +37,11 @@ namespace {
 // State elements one call must touch before it runs on a thread team.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
 
-// Eight partial sums in a fixed order: one chain of dependent adds was the chunk form's
-// bottleneck (a chunk of 64 tokens takes 64^2 dots), and eight independent ones vectorize and
-// give the same bits at every register width.
-float dot(const float* a, const float* b, int64_t n) {
-  float partial[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) partial[j] = partial[j] + a[i + j] * b[i + j];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum = sum + a[i] * b[i];
-  for (int j = 0; j < 8; ++j) sum = sum + partial[j];
-  return sum;
-}
-
-// Row t of S^T x (x one k_dim vector) into y [v_dim].
-void read_state(const float* state, const float* x, float* y, int64_t k_dim, int64_t v_dim) {
-  for (int64_t j = 0; j < v_dim; ++j) y[j] = 0.0f;
-  for (int64_t i = 0; i < k_dim; ++i) {
-    const float* row = state + i * v_dim;
-    for (int64_t j = 0; j < v_dim; ++j) y[j] = y[j] + row[j] * x[i];
-  }
-}
-
 }  // namespace
+
+#define MET_DELTA_CHUNK_HEAD delta_rule_chunk_head
+#include "cpu/delta_chunk.inc"
+#undef MET_DELTA_CHUNK_HEAD
 
 DeltaStepHead delta_step_head_for(CpuPath path) {
 #if defined(MET_DELTA_HAS_AVX512)
@@ -72,57 +52,16 @@ DeltaStepHead delta_step_head_for(CpuPath path) {
   return delta_step_head_scalar;
 }
 
-int64_t delta_chunk_scratch(int64_t chunk, int64_t v_dim) { return chunk + (chunk + 1) * v_dim; }
-
-void delta_rule_chunk_head(const DeltaChunk& c, float* scratch) {
-  const int64_t n = c.n, dk = c.k_dim, dv = c.v_dim;
-  float* cum = scratch;
-  float* u = cum + n;
-  float* read = u + n * dv;
-  float total = 0.0f;
-  for (int64_t t = 0; t < n; ++t) cum[t] = total = total + c.g[t * c.gb_stride];
-  // u_t = beta_t (v_t - e^{G_t} S_0^T k_t - sum_{j<t} e^{G_t - G_j} (k_t . k_j) u_j).
-  for (int64_t t = 0; t < n; ++t) {
-    const float* kt = c.k + t * c.qk_stride;
-    float* ut = u + t * dv;
-    read_state(c.state, kt, read, dk, dv);
-    const float start = std::exp(cum[t]);
-    for (int64_t j = 0; j < dv; ++j) ut[j] = c.v[t * c.v_stride + j] - start * read[j];
-    for (int64_t s = 0; s < t; ++s) {
-      const float w = std::exp(cum[t] - cum[s]) * dot(kt, c.k + s * c.qk_stride, dk);
-      const float* us = u + s * dv;
-      for (int64_t j = 0; j < dv; ++j) ut[j] = ut[j] - w * us[j];
-    }
-    const float beta = c.beta[t * c.gb_stride];
-    for (int64_t j = 0; j < dv; ++j) ut[j] = ut[j] * beta;
-  }
-  // o_t = e^{G_t} S_0^T q_t + sum_{s<=t} e^{G_t - G_s} (q_t . k_s) u_s.
-  for (int64_t t = 0; t < n; ++t) {
-    const float* qt = c.q + t * c.qk_stride;
-    float* ot = c.out + t * c.out_stride;
-    read_state(c.state, qt, read, dk, dv);
-    const float start = std::exp(cum[t]);
-    for (int64_t j = 0; j < dv; ++j) ot[j] = start * read[j];
-    for (int64_t s = 0; s <= t; ++s) {
-      const float w = std::exp(cum[t] - cum[s]) * dot(qt, c.k + s * c.qk_stride, dk);
-      const float* us = u + s * dv;
-      for (int64_t j = 0; j < dv; ++j) ot[j] = ot[j] + w * us[j];
-    }
-  }
-  // S <- e^{G_n} S + sum_s e^{G_n - G_s} k_s u_s^T; each token's decay once, not once per row
-  // of S (`cum` is read no more).
-  const float last = cum[n - 1], end = std::exp(last);
-  for (int64_t s = 0; s < n; ++s) cum[s] = std::exp(last - cum[s]);
-  for (int64_t i = 0; i < dk; ++i) {
-    float* row = c.state + i * dv;
-    for (int64_t j = 0; j < dv; ++j) row[j] = row[j] * end;
-    for (int64_t s = 0; s < n; ++s) {
-      const float w = cum[s] * c.k[s * c.qk_stride + i];
-      const float* us = u + s * dv;
-      for (int64_t j = 0; j < dv; ++j) row[j] = row[j] + w * us[j];
-    }
-  }
+DeltaChunkHead delta_chunk_head_for(CpuPath path) {
+#if defined(MET_DELTA_HAS_AVX512)
+  if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) return delta_chunk_head_avx512;
+#else
+  (void)path;
+#endif
+  return delta_rule_chunk_head;
 }
+
+int64_t delta_chunk_scratch(int64_t chunk, int64_t v_dim) { return chunk + (chunk + 1) * v_dim; }
 
 void delta_rule_step(const float* q, const float* k, const float* v, const float* g,
                      const float* beta, float* states, const int64_t* slots, float* out,
@@ -146,7 +85,8 @@ void delta_rule_step(const float* q, const float* k, const float* v, const float
 
 void delta_rule_chunk(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, float* state, float* out, int64_t tokens, DeltaShape shape,
-                      int64_t chunk) {
+                      int64_t chunk, CpuPath path) {
+  const DeltaChunkHead head = delta_chunk_head_for(path);
   const int64_t heads = shape.heads, dk = shape.k_dim, dv = shape.v_dim;
 #pragma omp parallel if (tokens * heads * dk * dv >= kParallelWork)
   {
@@ -159,7 +99,7 @@ void delta_rule_chunk(const float* q, const float* k, const float* v, const floa
         const DeltaChunk c{q + at * dk,         k + at * dk,   v + at * dv, g + at, beta + at,
                            state + h * dk * dv, out + at * dv, n,           dk,     dv,
                            heads * dk,          heads * dv,    heads * dv,  heads};
-        delta_rule_chunk_head(c, scratch.data());
+        head(c, scratch.data());
       }
     }
   }

@@ -36,7 +36,7 @@ void delta_rule_step(const float* q, const float* k, const float* v, const float
 // state [heads, k_dim, v_dim] is updated in place.
 void delta_rule_chunk(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, float* state, float* out, int64_t tokens, DeltaShape shape,
-                      int64_t chunk);
+                      int64_t chunk, CpuPath path = CpuPath::kScalar);
 
 // One value head over one chunk of c.n tokens, pointers at its first token: q and k qk_stride
 // floats apart token to token, v v_stride, out out_stride, g and beta gb_stride; the state
@@ -49,6 +49,10 @@ struct DeltaChunk {
 };
 void delta_rule_chunk_head(const DeltaChunk& c, float* scratch);
 int64_t delta_chunk_scratch(int64_t chunk, int64_t v_dim);
+// The chunk kernel a path runs: delta_rule_chunk_head or its build in 512-bit registers, which
+// gives the same bits.
+using DeltaChunkHead = void (*)(const DeltaChunk& c, float* scratch);
+DeltaChunkHead delta_chunk_head_for(CpuPath path);
 
 // The per-head step kernels behind delta_rule_step (scratch holds v_dim floats), and the one a
 // path runs.
@@ -60,5 +64,6 @@ void delta_step_head_scalar(const float* q, const float* k, const float* v, floa
                             float* state, float* out, int64_t k_dim, int64_t v_dim, float* scratch);
 void delta_step_head_avx512(const float* q, const float* k, const float* v, float g, float beta,
                             float* state, float* out, int64_t k_dim, int64_t v_dim, float* scratch);
+void delta_chunk_head_avx512(const DeltaChunk& c, float* scratch);
 
 }  // namespace met::cpu

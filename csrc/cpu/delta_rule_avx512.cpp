@@ -1,5 +1,6 @@
 // The gated delta rule's step for one head in 512-bit registers: the scalar kernel's operations
-// (delta_rule.cpp) sixteen value columns at a time, in its order, so both give the same bits.
+// (delta_rule.cpp) sixteen value columns at a time, in its order, so both give the same bits;
+// and the chunk form (delta_chunk.inc) built for 512-bit registers.
 #include <immintrin.h>
 
 #include <cmath>
@@ -38,5 +39,9 @@ void delta_step_head_avx512(const float* q, const float* k, const float* v, floa
     _mm512_mask_storeu_ps(out + j0, m, o);
   }
 }
+
+#define MET_DELTA_CHUNK_HEAD delta_chunk_head_avx512
+#include "cpu/delta_chunk.inc"
+#undef MET_DELTA_CHUNK_HEAD
 
 }  // namespace met::cpu

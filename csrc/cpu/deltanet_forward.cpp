@@ -260,6 +260,7 @@ void LlamaForward::delta_items(const LayerWeights& w, const ForwardBatch& batch)
   const int64_t per_head = r.k_dim * r.v_dim, group = r.v_heads / r.k_heads;
   float* pool = state_.delta + w.state_index * state_.n_slots * vh * per_head;
   const DeltaStepHead step = delta_step_head_for(path_);
+  const DeltaChunkHead chunk_head = delta_chunk_head_for(path_);
   // One item per (row, value head), each on its own state: dynamic, since prefill rows cost more.
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic) nowait
@@ -311,7 +312,7 @@ void LlamaForward::delta_items(const LayerWeights& w, const ForwardBatch& batch)
                          channels,
                          vw,
                          vh};
-      delta_rule_chunk_head(c, scratch);
+      chunk_head(c, scratch);
       i += len;
       if (mark < marks_end && batch.checkpoints[3 * mark + 1] == start + i) {
         const int64_t at = batch.checkpoints[3 * mark + 2] * n_recurrent_ + w.state_index;

@@ -135,5 +135,22 @@ TEST(DeltaRule, TheChunkFormIsTheStepTokenByToken) {
   expect_near(state, want_state, 1e-5f);
 }
 
+TEST(DeltaRule, EveryChunkPathGivesTheScalarBits) {
+  const int64_t n = 150;
+  const Tokens t = random_tokens(n, kShape, 7);
+  const std::vector<float> start = random_state(kShape, 1, 8);
+  std::vector<float> want_state = start, want(n * kShape.heads * kShape.v_dim);
+  delta_rule_chunk(t.q.data(), t.k.data(), t.v.data(), t.g.data(), t.beta.data(), want_state.data(),
+                   want.data(), n, kShape, 64, CpuPath::kScalar);
+  for (const CpuPath path : kAllPaths) {
+    if (!path_supported(path)) continue;
+    std::vector<float> state = start, out(want.size());
+    delta_rule_chunk(t.q.data(), t.k.data(), t.v.data(), t.g.data(), t.beta.data(), state.data(),
+                     out.data(), n, kShape, 64, path);
+    EXPECT_EQ(out, want) << path_name(path);
+    EXPECT_EQ(state, want_state) << path_name(path);
+  }
+}
+
 }  // namespace
 }  // namespace met::cpu
