@@ -292,27 +292,10 @@ def test_elementwise_kernels_match_torch() -> None:
     torch.testing.assert_close(out, F.silu(gate) * up, rtol=1e-5, atol=1e-6)
 
 
-def test_forward_rows_packs_like_forward() -> None:
-    model = quant_model()
-    packed = PagedRunner(model, num_blocks=64, block_size=4)
-    packed.model = CpuLlama(model, packed.cache)
-    by_rows = PagedRunner(model, num_blocks=64, block_size=4)
-    cpu = CpuLlama(model, by_rows.cache)
-    for rows in STEPS:
-        want = [logits[-1] for logits in packed.step(rows)]
-        starts = by_rows.reserve(rows)
-        tables = [by_rows.tables[name] for name, _ in rows]
-        got, greedy = cpu.forward_rows([tokens for _, tokens in rows], starts, tables)
-        assert torch.equal(got, torch.stack(want))
-        assert greedy == got.argmax(dim=-1).tolist()
-    with pytest.raises(ValueError):
-        cpu.forward_rows([[1], []], [0, 0], [[0], [1]])
-
-
-@pytest.mark.parametrize("spread", [1, 2])
-def test_forward_rows_spreads_verify_rows(spread: int) -> None:
-    """The first `spread` rows (a verify step's) get a logits row per token, the same bits the
-    whole-position forward gives them, and each logits row its argmax."""
+@pytest.mark.parametrize("spread", [0, 1, 2])
+def test_forward_rows_packs_like_forward(spread: int) -> None:
+    """Rows packed in C++ give forward's bits: the first `spread` rows (a verify step's) a logits
+    row per token, the others one for their last token; and each logits row its argmax."""
     model = quant_model()
     packed = PagedRunner(model, num_blocks=64, block_size=4)
     packed.model = CpuLlama(model, packed.cache)
@@ -327,5 +310,7 @@ def test_forward_rows_spreads_verify_rows(spread: int) -> None:
         got, greedy = cpu.forward_rows([tokens for _, tokens in rows], starts, tables, verify)
         assert torch.equal(got, torch.stack(want))
         assert greedy == got.argmax(dim=-1).tolist()
+    with pytest.raises(ValueError):
+        cpu.forward_rows([[1], []], [0, 0], [[0], [1]])
     with pytest.raises(ValueError, match="spread"):
         cpu.forward_rows([[1]], [0], [[0]], spread=2)
