@@ -113,6 +113,7 @@ void bind_plan(py::module_& m) {
 
 void bind_backend(py::module_& m) {
   g_kv_exhausted = py::register_exception<KvExhausted>(m, "KvExhausted", PyExc_RuntimeError).ptr();
+  m.attr("MATCH_IN_CORE") = kMatchInCore;
   bind_plan(m);
 
   // Only the defaults are bound as callable methods: a Python subclass overrides by name and may

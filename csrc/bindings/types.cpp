@@ -6,6 +6,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstddef>
+
 namespace py = pybind11;
 
 namespace met::bindings {
@@ -22,6 +25,15 @@ void bind_types(py::module_& m) {
       .def_readwrite("tokens", &Sequence::tokens)
       .def_readwrite("block_table", &Sequence::block_table)
       .def_readwrite("cached_len", &Sequence::cached_len)
+      // tokens[start:] without copying the rest out (a grammar syncs with the output only).
+      .def(
+          "tokens_from",
+          [](const Sequence& s, size_t start) {
+            const size_t from = std::min(start, s.tokens.size());
+            return std::vector<int32_t>(s.tokens.begin() + static_cast<std::ptrdiff_t>(from),
+                                        s.tokens.end());
+          },
+          py::arg("start"))
       .def("__repr__", [](const Sequence& s) {
         return "<Sequence s" + std::to_string(s.session_hash) + "@" + std::to_string(s.slot) +
                ":len=" + std::to_string(s.seq_len) + ">";

@@ -48,11 +48,13 @@ std::string spec_off_reason(SpecMode mode, const SamplingParams& p) {
   return "";
 }
 
-Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink, TraceHooks* hooks)
-    : backend_(backend),
+Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink, TraceHooks* hooks,
+                     BlockManager* blocks)
+    : ledger_(blocks != nullptr ? std::make_unique<KvLedger>(backend, *blocks) : nullptr),
+      backend_(ledger_ ? *ledger_ : backend),
       hooks_(hooks),
       cfg_(std::move(cfg)),
-      fx_(backend, sink, hooks),
+      fx_(backend_, sink, hooks),
       block_size_(0),
       prefill_stream_(0),
       prefill_event_(0),

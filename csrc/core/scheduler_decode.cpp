@@ -165,6 +165,7 @@ void Scheduler::emit_token(const Live& live, const SampledToken& tok, bool with_
   e.request_id = live.req.id;
   e.token = tok;
   e.with_logprobs = with_logprobs;
+  e.cached = live.cached;
   events_.push_back(std::move(e));
 }
 

@@ -18,7 +18,8 @@ void Scheduler::start_prefill(Request r) {
   backend_.alloc_sequence(seq, chunked ? total + live->req.params.max_tokens : -1);
   seq.session_hash = live->req.id;
   seq.prompt_len = total;
-  live->cached = backend_.match_prefix(seq, prompt);
+  const int32_t cached = backend_.match_prefix(seq, prompt);
+  live->cached = cached == kMatchInCore ? 0 : cached;  // no block manager: no prefix cache
   live->offset = live->cached;
   if (hooks_ != nullptr) {
     hooks_->adapter_id_for(kNoAdapter);

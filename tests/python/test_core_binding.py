@@ -118,3 +118,56 @@ def test_python_backend_drives_the_scheduler_with_a_preemption(prefill_tokens):
     # trampoline passed copies, C++ would still see 0.
     assert backend.starts and all(start == written for start, written in backend.starts)
     assert min(start for start, _ in backend.starts) >= 5
+
+
+class LedgerToy(ToyBackend):
+    """The same answers, keeping no KV state: the scheduler's block manager does (KvLedger)."""
+
+    def __init__(self, block_size: int) -> None:
+        super().__init__(fail_decode_at=set())
+        self.block_size = block_size
+        self.calls: list[_core.ReferenceCall] = []
+
+    def open(self):
+        # More blocks than the pool holds, so admission lets both requests in and decode runs out.
+        return _core.DeviceInfo(vocab=64, block_size=self.block_size, total_blocks=1000)
+
+    def free_sequence(self, seq):
+        assert seq.block_table == []  # released by the scheduler before the slot
+        self.free_slots.append(seq.slot)
+
+    def execute(self, plan):
+        self.calls.append(plan.call)
+        rows = []
+        for row in plan.rows:
+            # Each row arrives with its blocks and its history; nothing here advances them.
+            assert len(row.seq.block_table) * self.block_size >= row.start + len(row.tokens)
+            assert len(row.seq.tokens) == row.start
+            rows.append(min(row.tokens[-1] + 1, 63))
+        self.rows = rows
+        return list(rows) if plan.argmax else []
+
+
+@pytest.mark.parametrize("prefill_tokens", [0, 4])
+def test_the_scheduler_owns_the_kv_blocks_through_a_preemption(prefill_tokens):
+    blocks = _core.BlockManager(4, 4)
+    backend = LedgerToy(block_size=4)
+    config = _core.SchedulerConfig(max_prefill_tokens=prefill_tokens)
+    sched = _core.Scheduler(backend, config, blocks)
+    params = _core.SamplingParams()
+    params.max_tokens = 6
+    sched.add_request(_core.Request(1, [1, 2, 3, 4, 5], params))
+    sched.add_request(_core.Request(2, [20, 21, 22, 23, 24], params))
+    sched.close_inbox()
+    done = {}
+    for now in range(1, 100):
+        result = sched.tick(float(now))
+        done.update({e.request_id: e for e in sched.take_events() if e.kind.name == "Done"})
+        if result.shutdown:
+            break
+    assert done[1].output == [6, 7, 8, 9, 10, 11] and done[2].output == list(range(25, 31))
+    # A preempted sequence is prefilled again whole (a Prefill plan) when it resumes.
+    first_prefills = 2 if prefill_tokens == 0 else 0
+    assert backend.calls.count(_core.ReferenceCall.Prefill) > first_prefills
+    assert blocks.num_free_blocks() == 4
+    blocks.check_invariants()

@@ -1,6 +1,7 @@
 // Owns: nothing; the one interface through which the scheduler reaches a device.
 // Called by: the scheduler (and the effect applier) only. Implemented by RecordingBackend (C++,
-// golden traces) and TorchBackend (Python, through the pybind11 trampoline in bindings/).
+// golden traces) and TorchBackend (Python, through the pybind11 trampoline in bindings/); a
+// scheduler built with a block manager reaches the device through its KvLedger, which is one too.
 // Invariants: every forward is one execute(plan); the reference engine's calls that mean nothing
 // to met are not here but in TraceHooks, so a tick crosses into a Python backend only for work
 // the device does. "Silent" methods are queries the fake does not record.
@@ -29,6 +30,9 @@ struct DeviceInfo {
   int32_t prefill_event = 2;
 };
 
+// What Backend::match_prefix returns to let the core's block manager match the prompt.
+constexpr int32_t kMatchInCore = -1;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -36,11 +40,13 @@ class Backend {
   // Creates the prefill stream and its event; called once, by the scheduler's constructor.
   virtual DeviceInfo open() = 0;
   virtual int32_t num_free_blocks() = 0;
-  // Prefix-cache lookup before the first chunk: writes the reused KV into `seq` (tokens,
-  // seq_len, block_table, cached_len) and returns the number of prompt tokens reused. Never
-  // covers the last prompt token. Default: no prefix cache.
+  // Prefix-cache lookup before the first chunk; returns the number of prompt tokens reused (never
+  // the last one), or kMatchInCore (the default): the scheduler's block manager matches the
+  // prompt (KvLedger), and without one nothing is reused. A backend that matches itself (a
+  // hybrid's state checkpoints) leaves the sequence's table in that block manager; the core then
+  // sets tokens, seq_len, block_table and cached_len.
   virtual int32_t match_prefix(Sequence& /*seq*/, const std::vector<int32_t>& /*prompt*/) {
-    return 0;
+    return kMatchInCore;
   }
 
   // --- sequences and KV pool ---
@@ -50,14 +56,18 @@ class Backend {
   virtual void compact_sequence(Sequence& seq, int64_t new_slot) = 0;
 
   // --- the forward ---
-  // Runs the plan's rows as one forward. Throws KvExhausted (and advances nothing) when a row
-  // cannot get the blocks for its tokens. Returns every logits row's argmax when plan.argmax,
-  // else nothing. A verify row's tokens are not final: they must not enter the prefix cache
-  // before commit_accepted_prefix says how many stand.
+  // Runs the plan's rows as one forward. Returns every logits row's argmax when plan.argmax,
+  // else nothing. Under a KvLedger (a scheduler with a block manager) each row's block_table
+  // already covers its tokens and the ledger advances tokens/seq_len afterwards; a backend on
+  // its own (the recording fake) advances them itself and throws KvExhausted (advancing
+  // nothing) when a row cannot get its blocks. A verify row's tokens are not final: they must
+  // not enter the prefix cache before commit_accepted_prefix says how many stand.
   virtual std::vector<int32_t> execute(const StepPlan& plan) = 0;
   // After a verify of `k` drafts: the first `na` input tokens (1 + accepted drafts) stand; the
   // rest are rolled back (seq_len and tokens shrink by k + 1 - na, the block table keeps its
-  // blocks and the rejected positions are overwritten by the next forward, never read).
+  // blocks and the rejected positions are overwritten by the next forward, never read). Under a
+  // KvLedger that is done already and the backend is called only when na < k + 1, to put back
+  // what it keeps per position itself (a hybrid's recurrent state).
   virtual void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) = 0;
 
   // --- readback of the last forward ---

@@ -1,7 +1,8 @@
 // Owns: the paged KV blocks (reference counts, the free list in eviction order), the per-sequence
 // block tables, and the prefix cache (chained block hash -> block).
-// Called by: the scheduler when it admits, extends and finishes sequences; the torch backend
-// (through pybind11) reads block tables to index its KV tensors.
+// Called by: the scheduler's KvLedger when it matches prefixes, extends, rolls back and releases
+// sequences; Python through pybind11 for what stays there (a hybrid's checkpoint resume, the
+// pooler's one-shot forwards, the engine's stats).
 // Invariants (checked by check_invariants()):
 //   - a block's ref count equals the number of sequence tables holding it;
 //   - the free list holds exactly the ref-0 blocks, once each, plain blocks before cached ones;

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "met/backend.h"
+#include "met/block_manager.h"
 #include "met/effects.h"
+#include "met/kv_ledger.h"
 #include "met/ngram_proposer.h"
 #include "met/spec_gate.h"
 #include "met/trace_hooks.h"
@@ -76,10 +78,11 @@ struct ClientEvent {
   SampledToken token;          // Token
   bool with_logprobs = false;  // Token: the request asked for logprobs
   std::string finish_reason;   // Done: stop | length | timeout
-  int32_t n = 0, think = 0, cached = 0, acc = 0;
-  std::string guard;            // Done: "" = None, else the guard that ended it (request_timeout)
-  std::string spec_off;         // Done: why this request ran without speculation ("" if it did)
-  std::string error;            // Error
+  int32_t n = 0, think = 0, acc = 0;
+  int32_t cached = 0;    // Token and Done: prompt tokens the request reused from the prefix cache
+  std::string guard;     // Done: "" = None, else the guard that ended it (request_timeout)
+  std::string spec_off;  // Done: why this request ran without speculation ("" if it did)
+  std::string error;     // Error
   std::vector<int32_t> output;  // Done: every output token (incl. a final stop token)
   int32_t logprobs = 0;         // Done: output tokens that carried logprobs
 };
@@ -129,8 +132,12 @@ std::string spec_off_reason(SpecMode mode, const SamplingParams& p);
 class Scheduler {
  public:
   // `sink` and `hooks` are the recording harness's (fx lines, the reference's no-op calls).
+  // With `blocks` the scheduler owns the KV bookkeeping: every backend call goes through a
+  // KvLedger over it (tables grown before each forward, token history and prefix-cache commits
+  // after it, release with the sequence). Without, the backend keeps its own (the recording
+  // fake's block counter).
   Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink = nullptr,
-            TraceHooks* hooks = nullptr);
+            TraceHooks* hooks = nullptr, BlockManager* blocks = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -207,7 +214,8 @@ class Scheduler {
   LivePtr make_live(Request r) const;
   bool at_ceiling(const Live& live) const;
 
-  Backend& backend_;
+  std::unique_ptr<KvLedger> ledger_;  // null without a block manager
+  Backend& backend_;                  // the ledger when there is one, else the device backend
   TraceHooks* hooks_;
   SchedulerConfig cfg_;
   EffectApplier fx_;

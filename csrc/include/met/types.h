@@ -16,8 +16,9 @@ namespace met {
 // A slot value that means "no dense batch row"; prints as usize::MAX (18446744073709551615).
 constexpr int64_t kDetachedSlot = -1;
 
-// KV-owning core state of one request. Owned by the scheduler; the backend mutates it during
-// forwards (tokens, seq_len, block_table) and on alloc/compact (slot).
+// KV-owning core state of one request. Owned by the scheduler; its KvLedger (with a block
+// manager) or else the backend itself advances tokens, seq_len and block_table over forwards, and
+// the backend sets slot on alloc/compact.
 struct Sequence {
   uint64_t session_hash = 0;  // the request id once stamped by the scheduler
   int64_t slot = kDetachedSlot;
@@ -83,7 +84,8 @@ struct PrefillSlice {
   bool last = false;
 };
 
-// Thrown by a backend's decode_batch when no KV block is left for a row; nothing advanced.
+// Thrown before a forward when no KV block is left for a row (by the KvLedger, or by a backend
+// that keeps its own blocks); nothing advanced.
 class KvExhausted : public std::runtime_error {
  public:
   KvExhausted() : std::runtime_error("KV cache exhausted") {}

@@ -101,7 +101,8 @@ class EngineCore:
         )
         self.backend = self._make_backend(kv_cache, num_blocks)
         self.pooler = pooler_for(self.config, self.model_path, self.model, kv_cache, self.blocks)
-        self.scheduler = _core.Scheduler(self.backend, self._scheduler_config())
+        # The scheduler owns the KV bookkeeping over the backend's forwards (C++ KvLedger).
+        self.scheduler = _core.Scheduler(self.backend, self._scheduler_config(), self.blocks)
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
         self._by_name: dict[str, int] = {}
@@ -245,7 +246,7 @@ class EngineCore:
         if kind == _core.ClientEvent.Kind.Token:
             if state.finished:
                 return None
-            state.cached_tokens = self.backend.cached_tokens.get(event.request_id, 0)
+            state.cached_tokens = event.cached
             scores = self.backend.prompt_scores.pop(event.request_id, None)
             if state.params.max_tokens == 0:
                 delta = state.on_done("length", 0, state.cached_tokens)

@@ -22,14 +22,16 @@ class Row:
     draft: bool = False
 
 
-def plan_rows(plan: _core.StepPlan) -> tuple[list[Row], int]:
-    """The rows of a StepPlan, and how many of them (its verify rows, first) take a logits row
-    per position."""
-    rows, spread = [], 0
+def plan_rows(plan: _core.StepPlan) -> tuple[list[Row], list[list[int]], int]:
+    """The rows of a StepPlan, their block tables (the scheduler grew them to cover the rows),
+    and how many of them (its verify rows, first) take a logits row per position."""
+    rows, tables, spread = [], [], 0
     for r in plan.rows:
-        rows.append(Row(r.seq, r.tokens, r.start, r.draft > 0))
+        seq = r.seq
+        rows.append(Row(seq, r.tokens, r.start, r.draft > 0))
+        tables.append(seq.block_table)
         spread += r.kind == _core.RowKind.Verify
-    return rows, spread
+    return rows, tables, spread
 
 
 def pack_rows(

@@ -58,7 +58,8 @@ class StateCheckpoints:
 
     def resume(self, blocks: _core.BlockManager, seq: _core.Sequence, prompt: Sequence[int]) -> int:
         """Allocate `seq`'s blocks from the longest cached prefix a checkpoint resumes, restore
-        that checkpoint into its slot and return the prefix's length (0: none)."""
+        that checkpoint into its slot and return the prefix's length (0: none). The scheduler's
+        KvLedger, which asked, takes the table from `blocks` and sets the sequence's fields."""
         seq_id, bs = seq.session_hash, self.block_size
         keys = self._keys(prompt, (len(prompt) - 1) // bs)
         for boundary in range(len(keys), 0, -1):
@@ -76,7 +77,7 @@ class StateCheckpoints:
         blocks.allocate_prefix(seq_id, [])
         return 0
 
-    def plan(self, rows: list[Row], history: dict[int, list[int]]) -> list[int]:
+    def plan(self, rows: list[Row]) -> list[int]:
         """The (row, position, index) triples, flat, of the checkpoints this forward's prompt
         rows pass; their keys count once the forward has run (commit)."""
         marks: list[int] = []
@@ -84,7 +85,7 @@ class StateCheckpoints:
             end = row.start + len(row.tokens)
             if row.draft or len(row.tokens) < 2 or row.start >= row.seq.prompt_len:
                 continue
-            known = history.get(row.seq.session_hash, []) + row.tokens
+            known = row.seq.tokens + row.tokens  # the history before this row, then the row
             for position in self._positions(row.start, min(end, row.seq.prompt_len), row):
                 key = self._keys(known, position // self.block_size)[-1]
                 if key in self._index:

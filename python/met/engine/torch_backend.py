@@ -1,7 +1,10 @@
 """The real device behind the C++ scheduler: a torch model over a paged KV cache.
 
-The scheduler decides what runs; this backend runs each tick's StepPlan as one packed batched
-forward, with KV pages handed out by the C++ block manager (keyed by the sequence's request id).
+The scheduler decides what runs and owns the KV blocks (its KvLedger over the C++ block manager,
+keyed by the sequence's request id): each tick's StepPlan arrives with every row's block table
+grown, and this backend runs it as one packed batched forward. The token history is the
+sequence's own (Sequence.tokens), read only where a row needs it (penalties, grammars, a
+hybrid's checkpoints). Run it under a Scheduler built with the same block manager.
 """
 
 from __future__ import annotations
@@ -42,9 +45,6 @@ class TorchBackend(_core.Backend):
         # Each logits row's argmax when the forward found them already: a list from the C++ CPU
         # forward, a device tensor from the GPU one (read back on first use).
         self._greedy: list[int] | torch.Tensor | None = None
-        self._history: dict[int, list[int]] = {}
-        # Prompt tokens each live sequence reused from the prefix cache, by request id.
-        self.cached_tokens: dict[int, int] = {}
         # Structured-output requests' grammar states by request id (the engine adds and drops
         # them: they outlive a preempted sequence), and their next masks, computed while the
         # forward runs.
@@ -80,19 +80,14 @@ class TorchBackend(_core.Backend):
         return self.blocks.num_free_blocks()
 
     def match_prefix(self, seq: _core.Sequence, prompt: list[int]) -> int:
-        # A prompt being scored is computed whole: cached positions would have no logits.
-        scoring = seq.session_hash in self.prompt_scores
-        if self.checkpoints is not None and not scoring:
-            cached = self.checkpoints.resume(self.blocks, seq, prompt)
-        else:
-            cached = self.blocks.allocate_prefix(seq.session_hash, [] if scoring else list(prompt))
-        self.cached_tokens[seq.session_hash] = cached
-        if cached:
-            self._history[seq.session_hash] = list(prompt[:cached])
-            seq.seq_len = cached
-            seq.block_table = self.blocks.table(seq.session_hash)
-            seq.cached_len = cached
-        return cached
+        """The core's block manager matches plain prompts; a prompt being scored is computed
+        whole (cached positions would have no logits), and a hybrid's prefix resumes only from a
+        recurrent-state checkpoint."""
+        if seq.session_hash in self.prompt_scores:
+            return 0
+        if self.checkpoints is not None:
+            return self.checkpoints.resume(self.blocks, seq, prompt)
+        return _core.MATCH_IN_CORE
 
     # --- streams and events: called only on a GPU (DeviceInfo.streams) ---
     def join_streams(self, event: int, recorded: int, waiting: int) -> None:
@@ -112,11 +107,7 @@ class TorchBackend(_core.Backend):
             self._state.reset([seq.slot])
 
     def free_sequence(self, seq: _core.Sequence) -> None:
-        if self.blocks.has(seq.session_hash):
-            self.blocks.release(seq.session_hash)
-        self._history.pop(seq.session_hash, None)
-        self.cached_tokens.pop(seq.session_hash, None)
-        seq.block_table = []
+        """The scheduler released the sequence's blocks already; its slot is this backend's."""
         self._release_slot(seq.slot)
 
     def compact_sequence(self, seq: _core.Sequence, new_slot: int) -> None:
@@ -137,29 +128,23 @@ class TorchBackend(_core.Backend):
         """One packed forward of the plan's rows. Its verify rows (first in the plan) get a
         logits row per position: the packed forward computes each token's row on its own, so a
         verify position's logits are the ones a one-token decode at that position would give."""
-        rows, spread = plan_rows(plan)
-        self._forward(rows, plan.stream, spread)
+        rows, tables, spread = plan_rows(plan)
+        self._forward(rows, tables, plan.stream, spread)
         return self._argmax_rows() if plan.argmax else []
 
     def commit_accepted_prefix(self, seq: _core.Sequence, na: int, k: int) -> None:
-        seq_id = seq.session_hash
-        history = self._history[seq_id]
-        del history[len(history) - (k + 1 - na) :]
-        seq.seq_len = len(history)
-        self.blocks.rollback(seq_id, len(history))
-        self.blocks.commit(seq_id, history)
-        if self._state is not None and na < k + 1:
+        """Called when a draft was rejected (the scheduler rolled the KV back already)."""
+        if self._state is not None:
             # The recurrent state ran over every draft; put back the one after the last that
             # stands (the verify forward kept each token's).
             self._state.restore(seq.slot, na)
 
-    def _forward(self, rows: list[Row], stream: int, spread: int = 0) -> None:
-        tables = [self._reserve(row) for row in rows]
+    def _forward(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
         if self.constraints:
             self._prefetch_masks(rows)
         self._logits_stream = stream
         # A hybrid's state checkpoints this forward writes (_pack, forward_rows read them).
-        self._marks = self.checkpoints.plan(rows, self._history) if self.checkpoints else []
+        self._marks = self.checkpoints.plan(rows) if self.checkpoints else []
         try:
             self._run_rows(rows, tables, stream, spread)
         except BaseException:
@@ -168,8 +153,6 @@ class TorchBackend(_core.Backend):
             raise
         if self.checkpoints:
             self.checkpoints.commit()
-        for row, table in zip(rows, tables, strict=True):
-            self._advance(row, table)
 
     def _run_rows(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
         with self._on(stream):
@@ -245,10 +228,13 @@ class TorchBackend(_core.Backend):
             state = self.constraints.get(rid)
             if state is None:
                 continue
-            known = self._history.get(rid, []) + row.tokens[: 1 if row.draft else None]
-            if len(known) < row.seq.prompt_len:
+            new, prompt_len = row.tokens[: 1 if row.draft else None], row.seq.prompt_len
+            if row.start + len(new) < prompt_len:
                 continue  # a prompt chunk: no output yet
-            state.sync(known[row.seq.prompt_len :])
+            # The output so far: what follows the prompt in the history (it holds the tokens
+            # before row.start), then what follows it in this row.
+            output = row.seq.tokens_from(prompt_len) + new[max(0, prompt_len - row.start) :]
+            state.sync(output)
             jobs.append((rid, state, row.tokens[1:] if row.draft else []))
         self.masks.start(jobs)
 
@@ -268,27 +254,6 @@ class TorchBackend(_core.Backend):
             if self._marks:
                 inputs["state_checkpoints"] = torch.tensor(self._marks).view(-1, 3)
         return inputs
-
-    def _reserve(self, row: Row) -> list[int]:
-        """Grows the row's block table to cover its new tokens, or raises KvExhausted."""
-        seq_id = row.seq.session_hash
-        if not self.blocks.has(seq_id):
-            self.blocks.allocate_prefix(seq_id, [])
-        if not self.blocks.grow(seq_id, row.start + len(row.tokens)):
-            raise _core.KvExhausted("KV cache exhausted")
-        return self.blocks.table(seq_id)
-
-    def _advance(self, row: Row, table: list[int]) -> None:
-        # The token history lives here only (the sampler's penalties read it); nothing in the core
-        # reads Sequence.tokens for this backend, so it is not copied across every step.
-        seq_id = row.seq.session_hash
-        history = self._history.setdefault(seq_id, [])
-        history.extend(row.tokens)
-        row.seq.seq_len = len(history)
-        row.seq.block_table = table
-        block_size = self.blocks.block_size()
-        if not row.draft and len(history) // block_size > row.start // block_size:
-            self.blocks.commit(seq_id, history)
 
     # --- readback ---
     def argmax_on_device(self, row: int, stream: int) -> int:
@@ -331,8 +296,9 @@ class TorchBackend(_core.Backend):
         return out
 
     def _sample_spec(self, row: _core.SampleRow) -> SampleSpec:
-        history = self._history.get(row.seq.session_hash, [])
         state = self.constraints.get(row.request_id)
+        # Sequence.tokens is copied out on each read: only what needs the history reads it.
+        history = row.seq.tokens if state is not None or _penalized(row.params) else []
         mask = None
         if state is not None:
             # The output is what follows the prompt (also after a preempted sequence was
@@ -348,6 +314,14 @@ class TorchBackend(_core.Backend):
             stop_tokens=list(row.stop_tokens),
             mask=mask,
         )
+
+
+def _penalized(params: _core.SamplingParams) -> bool:
+    return (
+        params.repetition_penalty != 1.0
+        or params.presence_penalty != 0.0
+        or params.frequency_penalty != 0.0
+    )
 
 
 def _cuda_streams(device: torch.device):

@@ -1,0 +1,221 @@
+// KvLedger: the scheduler's KV bookkeeping around a device backend that keeps none (as the torch
+// backend keeps none): tables grown before a forward, KvExhausted before anything advances, the
+// token history and prefix-cache commits after it, a verify's rollback, release with the
+// sequence, and no block left behind.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "met/block_manager.h"
+#include "met/kv_ledger.h"
+#include "met/scheduler.h"
+#include "met/step_plan.h"
+
+namespace met {
+namespace {
+
+// Answers every logits row with `its input token + 1` and touches no KV state; checks that every
+// row arrives with its blocks and its history.
+class EchoDevice : public Backend {
+ public:
+  explicit EchoDevice(int32_t block_size, int32_t total_blocks = 100)
+      : block_size_(block_size), total_blocks_(total_blocks) {}
+
+  DeviceInfo open() override { return DeviceInfo{64, block_size_, total_blocks_, false, 1, 2}; }
+  int32_t num_free_blocks() override {
+    ADD_FAILURE() << "the ledger answers num_free_blocks";
+    return 0;
+  }
+  void alloc_sequence(Sequence& seq, int32_t /*budget*/) override { seq.slot = next_slot_++; }
+  void free_sequence(Sequence& seq) override {
+    EXPECT_TRUE(seq.block_table.empty());
+    seq.slot = kDetachedSlot;
+  }
+  void compact_sequence(Sequence& seq, int64_t new_slot) override { seq.slot = new_slot; }
+  std::vector<int32_t> execute(const StepPlan& plan) override {
+    calls.push_back(plan.call);
+    rows_.clear();
+    for (const PlanRow& r : plan.rows) {
+      const auto end = r.start + static_cast<int32_t>(r.tokens.size());
+      EXPECT_GE(static_cast<int32_t>(r.seq->block_table.size()) * block_size_, end);
+      EXPECT_EQ(static_cast<int32_t>(r.seq->tokens.size()), r.start);
+      const size_t n = r.kind == RowKind::Verify ? r.tokens.size() : 1;
+      for (size_t i = r.tokens.size() - n; i < r.tokens.size(); ++i) {
+        rows_.push_back(r.tokens[i] + 1);
+      }
+    }
+    return plan.argmax ? rows_ : std::vector<int32_t>{};
+  }
+  void commit_accepted_prefix(Sequence& /*seq*/, int32_t /*na*/, int32_t /*k*/) override {
+    ++restores;
+  }
+  int32_t argmax_on_device(int32_t row, int32_t /*stream*/) override { return rows_.at(row); }
+  std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t /*stream*/) override {
+    return {rows_.begin() + row, rows_.begin() + row + n};
+  }
+  std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) override {
+    std::vector<SampledToken> out;
+    for (const SampleRow& r : rows) out.push_back(SampledToken{rows_.at(r.row), 0.0f, {}});
+    return out;
+  }
+
+  std::vector<ReferenceCall> calls;
+  int restores = 0;
+
+ private:
+  int32_t block_size_;
+  int32_t total_blocks_;
+  int64_t next_slot_ = 0;
+  std::vector<int32_t> rows_;
+};
+
+Request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  Request r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Runs the scheduler to shutdown; returns its Done events.
+std::vector<ClientEvent> run(Scheduler& sched) {
+  sched.close_inbox();
+  std::vector<ClientEvent> done;
+  for (int tick = 1; tick < 200 && !sched.tick(tick).shutdown; ++tick) {
+    for (ClientEvent& e : sched.take_events()) {
+      if (e.kind == ClientEvent::Kind::Done) done.push_back(std::move(e));
+    }
+  }
+  return done;
+}
+
+std::vector<int32_t> counting(int32_t first, int32_t n) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(first + i);
+  return out;
+}
+
+TEST(KvLedger, AShortRowStopsThePlanBeforeTheDeviceAndAdvancesNothing) {
+  BlockManager blocks(3, 4);
+  EchoDevice device(4);
+  KvLedger ledger(device, blocks);
+  Sequence a, b;
+  a.session_hash = 1;
+  b.session_hash = 2;
+  const std::vector<int32_t> prompt = counting(1, 8);
+  StepPlan plan{ReferenceCall::PrefillBatchChunk,
+                1,
+                {prefill_row(a, prompt, 0, 8, true), prefill_row(b, prompt, 0, 8, true)}};
+  EXPECT_THROW(ledger.execute(plan), KvExhausted);
+  EXPECT_TRUE(device.calls.empty());
+  EXPECT_TRUE(a.tokens.empty());
+  EXPECT_TRUE(b.tokens.empty());
+  EXPECT_EQ(a.seq_len, 0);
+  EXPECT_EQ(b.seq_len, 0);
+  blocks.check_invariants();
+  ledger.free_sequence(a);
+  ledger.free_sequence(b);
+  EXPECT_EQ(blocks.num_free_blocks(), 3);
+  blocks.check_invariants();
+}
+
+TEST(KvLedger, AVerifyKeepsItsAcceptedPrefixAndCommitsOnlyThat) {
+  BlockManager blocks(8, 4);
+  EchoDevice device(4);
+  KvLedger ledger(device, blocks);
+  Sequence s;
+  s.session_hash = 7;
+  const std::vector<int32_t> prompt = counting(1, 3);
+  ledger.execute({ReferenceCall::Prefill, 0, {prefill_row(s, prompt, 0, 3, true)}});
+  // Pending token 4, drafts 5 6 7 8: positions 3..7, across the first block boundary.
+  StepPlan verify{ReferenceCall::DecodeVerifyBatched, 0, verify_rows({4, 5, 6, 7, 8}, {4}, {&s})};
+  ledger.execute(verify);
+  EXPECT_EQ(s.seq_len, 8);
+  // Not one draft block is committed before the verify says how many stand.
+  EXPECT_NO_THROW(blocks.rollback(7, 3));
+  ledger.commit_accepted_prefix(s, 2, 4);  // 4 and 5 stand
+  EXPECT_EQ(s.tokens, counting(1, 5));
+  EXPECT_EQ(s.seq_len, 5);
+  EXPECT_EQ(device.restores, 1);
+  ledger.execute({ReferenceCall::DecodeVerifyBatched, 0, verify_rows({6, 7}, {1}, {&s})});
+  ledger.commit_accepted_prefix(s, 2, 1);  // all stand: nothing for the device to put back
+  EXPECT_EQ(device.restores, 1);
+  EXPECT_EQ(s.tokens, counting(1, 7));
+  ledger.free_sequence(s);
+  blocks.check_invariants();
+  // The one full block that stood (tokens 1..4) is cached: the same prompt finds it.
+  Sequence again;
+  again.session_hash = 8;
+  EXPECT_EQ(ledger.match_prefix(again, counting(1, 6)), 4);
+  EXPECT_EQ(again.tokens, counting(1, 4));
+  EXPECT_EQ(again.cached_len, 4);
+  EXPECT_EQ(again.block_table.size(), 1u);
+  ledger.free_sequence(again);
+  EXPECT_EQ(blocks.num_free_blocks(), 8);
+  blocks.check_invariants();
+}
+
+TEST(KvLedgerScheduler, ThePrefixCacheServesARepeatedPromptAndNoBlockIsLeft) {
+  BlockManager blocks(32, 4);
+  EchoDevice device(4);
+  SchedulerConfig cfg;
+  cfg.max_prefill_tokens = 4;
+  Scheduler sched(device, cfg, nullptr, nullptr, &blocks);
+  sched.add_request(request(1, counting(10, 9), 6));
+  std::vector<ClientEvent> first = run(sched);
+  Scheduler again(device, cfg, nullptr, nullptr, &blocks);
+  again.add_request(request(2, counting(10, 9), 6));
+  std::vector<ClientEvent> second = run(again);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(first[0].output, counting(19, 6));
+  EXPECT_EQ(second[0].output, first[0].output);
+  EXPECT_EQ(first[0].cached, 0);
+  EXPECT_EQ(second[0].cached, 8);
+  EXPECT_EQ(blocks.num_free_blocks(), 32);
+  blocks.check_invariants();
+}
+
+// The device reports more blocks than the pool holds, so both requests are admitted and the
+// pool runs out mid-decode: one is preempted and resumed, and both end as they would alone.
+TEST(KvLedgerScheduler, ExhaustionPreemptsAndTheOutputsStandUnchanged) {
+  BlockManager blocks(5, 4);
+  EchoDevice device(4, 100);
+  Scheduler sched(device, SchedulerConfig{}, nullptr, nullptr, &blocks);
+  sched.add_request(request(1, counting(1, 5), 8));
+  sched.add_request(request(2, counting(30, 5), 8));
+  std::vector<ClientEvent> done = run(sched);
+  ASSERT_EQ(done.size(), 2u);
+  // Two prefills, then the preempted sequence's prefill of its prompt and output again.
+  EXPECT_EQ(std::count(device.calls.begin(), device.calls.end(), ReferenceCall::Prefill), 3);
+  for (const ClientEvent& e : done) {
+    const int32_t first = e.request_id == 1 ? 6 : 35;
+    EXPECT_EQ(e.output, counting(first, 8)) << "request " << e.request_id;
+  }
+  EXPECT_EQ(blocks.num_free_blocks(), 5);
+  blocks.check_invariants();
+}
+
+// Forced drafts from the prompt's own n-grams are mostly rejected by the echo model: every
+// verify rolls back, and the output is the plain decode's.
+TEST(KvLedgerScheduler, SpeculativeRollbacksLeaveThePlainOutput) {
+  BlockManager blocks(64, 4);
+  EchoDevice device(4);
+  SchedulerConfig cfg;
+  cfg.spec.mode = SpecMode::NgramForced;
+  cfg.spec.k = 3;
+  Scheduler sched(device, cfg, nullptr, nullptr, &blocks);
+  sched.add_request(request(1, {5, 6, 7, 5, 6, 7, 5, 6}, 12));
+  std::vector<ClientEvent> done = run(sched);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].output, counting(7, 12));
+  EXPECT_GT(sched.spec_stats().verify_rows, 0);
+  EXPECT_GT(device.restores, 0);
+  EXPECT_EQ(blocks.num_free_blocks(), 64);
+  blocks.check_invariants();
+}
+
+}  // namespace
+}  // namespace met
