@@ -258,3 +258,22 @@ def stepped_logits(runner: PagedRunner, steps, seqs) -> dict[str, torch.Tensor]:
         for (seq, _), logits in zip(rows, runner.step(rows), strict=True):
             got[seq].append(logits)
     return {seq: torch.cat(parts) for seq, parts in got.items()}
+
+
+def exhaust_kv_once(backend, at: int) -> list:
+    """Makes the backend's `at`-th decode plan raise KvExhausted, as a full KV pool does mid-decode
+    (the scheduler preempts a sequence, prefilled again with its output later); returns the list
+    of decode plans seen."""
+    from met import _core
+
+    execute, calls = backend.execute, []
+
+    def full_once(plan):
+        if plan.call == _core.ReferenceCall.DecodeBatch:
+            calls.append(plan)
+            if len(calls) == at:
+                raise _core.KvExhausted()
+        return execute(plan)
+
+    backend.execute = full_once
+    return calls

@@ -13,6 +13,7 @@ import re
 import jsonschema
 import pytest
 from constraint_support import assert_json_answer
+from model_fixtures import exhaust_kv_once
 
 from met.sampling import Constraint, SamplingParams
 
@@ -128,7 +129,6 @@ def test_unconstrained_rows_beside_constrained_ones_get_their_own_tokens(llm) ->
 
 
 def test_a_preempted_constrained_sequence_keeps_its_state(default_model_path) -> None:
-    from met import _core
     from met.config import EngineConfig
     from met.engine.core import EngineCore
 
@@ -139,18 +139,8 @@ def test_a_preempted_constrained_sequence_keeps_its_state(default_model_path) ->
         temperature=0.0, max_tokens=200, constraint=Constraint("json_schema", schema)
     )
     engine = EngineCore(EngineConfig(model=str(default_model_path)))
-    backend, execute, calls = engine.backend, engine.backend.execute, []
-
-    def full_once(plan):
-        # The pool runs out once, mid-decode, as a full one does: the scheduler preempts a
-        # sequence, which is prefilled again with its output later.
-        if plan.call == _core.ReferenceCall.DecodeBatch:
-            calls.append(plan)
-            if len(calls) == 12:
-                raise _core.KvExhausted()
-        return execute(plan)
-
-    backend.execute = full_once
+    backend = engine.backend
+    calls = exhaust_kv_once(backend, 12)
     prompt = engine.tokenizer.encode("List many numbers as JSON: ")
     texts = {f"r{i}": "" for i in range(4)}
     for name in texts:

@@ -16,6 +16,7 @@ import torch
 from gemma4_chat import TEMPLATE
 from gemma4_fixtures import LIKE_31B, WINDOW, dequantized, gemma4, write_gemma4_gguf
 from hf_reference import SEQS, Q, assert_matches_transformers, assert_serves_chat, save_hf
+from model_fixtures import exhaust_kv_once
 from safetensors.torch import load_file, save_file
 
 import met
@@ -190,20 +191,11 @@ def test_gemma4_prefix_hit_equals_miss_and_batching_changes_nothing(gguf_file, t
 
 
 def test_gemma4_preempted_sequences_resume_unchanged(gguf_file):
-    from met import _core
     from met.config import EngineConfig
     from met.engine.core import EngineCore
 
     engine = EngineCore(EngineConfig(model=str(gguf_file), device="cpu", block_size=4))
-    backend, execute, calls = engine.backend, engine.backend.execute, []
-
-    def full_once(plan):
-        # The pool runs out once mid-decode: a sequence is preempted, prefilled again later.
-        if plan.call == _core.ReferenceCall.DecodeBatch:
-            calls.append(plan)
-            if len(calls) == 3:
-                raise _core.KvExhausted()
-        return execute(plan)
+    backend = engine.backend
 
     def run(names: list[str]) -> dict[str, list[int]]:
         tokens: dict[str, list[int]] = {name: [] for name in names}
@@ -215,7 +207,7 @@ def test_gemma4_preempted_sequences_resume_unchanged(gguf_file):
         return tokens
 
     want = run(["alone"])["alone"]
-    backend.execute = full_once
+    calls = exhaust_kv_once(backend, 3)
     tokens = run([f"r{i}" for i in range(3)])
     assert len(calls) > 3 and len(want) == 10
     assert all(t == want for t in tokens.values())
