@@ -228,11 +228,16 @@ class CpuLlama:
         slots = _dense(state_slots, torch.int32)
         verify = None if verify_rows is None else _dense(verify_rows, torch.uint8)
         lengths = (cu[1:] - cu[:-1])[verify.bool()] if verify is not None else cu[:0]
-        if lengths.numel():
-            self.cache.state.keep_snapshots(int(lengths.max()))
+        self._ready_state(lengths.tolist())
+        return slots, verify
+
+    def _ready_state(self, verify_lengths: list[int]) -> None:
+        """Room for a snapshot of every token of the longest verify row, and the C++ forward
+        pointed at the state pools (keep_snapshots may reallocate them)."""
+        if verify_lengths:
+            self.cache.state.keep_snapshots(max(verify_lengths))
         if self._pools != _pool_addresses(self.cache.state):
             self._point_at_state()
-        return slots, verify
 
     def forward_rows(
         self,
@@ -254,11 +259,8 @@ class CpuLlama:
         logits = torch.empty(n_logits, self.config.vocab, dtype=torch.float32)
         flags = [] if verify is None else [int(v) for v in verify]
         if self.cache.state is not None:
-            kept = [len(t) for t, v in zip(tokens, flags, strict=True) if v] if flags else []
-            if kept:
-                self.cache.state.keep_snapshots(max(kept))
-            if self._pools != _pool_addresses(self.cache.state):
-                self._point_at_state()
+            # No flags: no row verifies (zip then stops at once).
+            self._ready_state([len(t) for t, v in zip(tokens, flags, strict=False) if v])
         slots, marks = state_slots or [], state_checkpoints or []
         greedy = self._impl.forward_rows(
             tokens, starts, tables, logits.data_ptr(), spread, slots, flags, marks
