@@ -31,7 +31,36 @@ namespace {
 
 constexpr float kL2Eps = 1e-6f;  // transformers' and flash-linear-attention's l2norm epsilon
 
+// The conv's taps a forward takes (Qwen3.5 and Qwen3-Next have 4), and the channels it runs
+// side by side: one cache line of each token's inputs.
+constexpr int64_t kMaxTaps = 8;
+constexpr int64_t kConvLanes = 16;
+
 void fail(const std::string& what) { throw std::invalid_argument("LlamaForward: " + what); }
+
+// Out of line: inlined, GCC merges it with copy_lanes's whole-block copy into one memcpy call
+// of a variable size, on every token.
+__attribute__((noinline)) void copy_tail(float* out, const float* in, int64_t width) {
+  std::copy_n(in, width, out);
+}
+
+// width <= kConvLanes floats; a whole block's copy has a constant size, so it stays inline.
+inline void copy_lanes(float* out, const float* in, int64_t width) {
+  if (width == kConvLanes) {
+    std::memcpy(out, in, sizeof(float) * kConvLanes);
+  } else {
+    copy_tail(out, in, width);
+  }
+}
+
+// Lanes 0 .. width - 1 of a conv window (a ring whose oldest input is window[oldest]) back into
+// the pool's layout: each channel's kept inputs, oldest first.
+void store_window(const float (&window)[kMaxTaps][kConvLanes], int64_t oldest, int64_t width,
+                  int64_t kept, float* out) {
+  for (int64_t l = 0; l < width; ++l) {
+    for (int64_t j = 0; j < kept; ++j) out[l * kept + j] = window[(oldest + j) % kept][l];
+  }
+}
 
 // The four projections of a step's n tokens, each [n, its width], one after the other.
 struct Projected {
@@ -74,9 +103,9 @@ int thread_id() {
 void LlamaForward::check_recurrent(const LayerWeights& l) const {
   const RecurrentDims& r = dims_.recurrent;
   if (r.k_heads <= 0 || r.v_heads <= 0 || r.k_dim <= 0 || r.v_dim <= 0 || r.kernel < 2 ||
-      r.v_heads % r.k_heads != 0) {
+      r.kernel > kMaxTaps || r.v_heads % r.k_heads != 0) {
     fail(
-        "recurrent layers need positive heads and widths, a kernel of 2 or more taps and "
+        "recurrent layers need positive heads and widths, a kernel of 2 to 8 taps and "
         "value heads a multiple of key heads");
   }
   if (l.attn_norm == nullptr || l.ssm_conv == nullptr || l.ssm_dt == nullptr ||
@@ -192,39 +221,58 @@ void LlamaForward::conv_channels(const LayerWeights& w, const ForwardBatch& batc
   const float* qkv = projected(ssm_proj_, tokens_of(batch), r).qkv;
   float* pool = state_.conv + w.state_index * state_.n_slots * channels * kept;
   const AttnRows& rows = batch.rows;
-  // Each channel runs every row's tokens in order: its last `kept` inputs (oldest first) carry
-  // from token to token and step to step.
+  // Each block of kConvLanes channels runs every row's tokens in order, the channels in the
+  // lanes: a token's inputs are one contiguous load. A channel's last `kept` inputs (oldest
+  // first; [slot][channel][kept] in the pool) carry from token to token in `window` and from step
+  // to step in the pool. A lane's sum is the one-channel loop's, in its order.
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
-  for (int64_t c = 0; c < channels; ++c) {
-    const float* weight = w.ssm_conv + c * taps;
+  for (int64_t c0 = 0; c0 < channels; c0 += kConvLanes) {
+    const int64_t width = std::min(kConvLanes, channels - c0);
+    float tap[kMaxTaps][kConvLanes] = {};
+    for (int64_t l = 0; l < width; ++l) {
+      for (int64_t j = 0; j < taps; ++j) tap[j][l] = w.ssm_conv[(c0 + l) * taps + j];
+    }
     for (int64_t b = 0; b < rows.n_rows; ++b) {
       const int64_t slot = batch.state_slots[b];
-      float* last = pool + (slot * channels + c) * kept;
+      float* last = pool + (slot * channels + c0) * kept;  // lane l's window at l * kept
+      // A ring: input j (oldest first) of the window is window[(oldest + j) % kept].
+      float window[kMaxTaps][kConvLanes] = {};
+      int64_t oldest = 0;
+      for (int64_t l = 0; l < width; ++l) {
+        for (int64_t j = 0; j < kept; ++j) window[j][l] = last[l * kept + j];
+      }
       const bool verify = batch.verify != nullptr && batch.verify[b] != 0;
       const int64_t first = rows.cu_seqlens[b],
                     position = rows.seq_lens[b] - rows.cu_seqlens[b + 1];
       int64_t mark = ckpt_begin_[static_cast<size_t>(b)];
       for (int64_t t = first; t < rows.cu_seqlens[b + 1]; ++t) {
-        const float x = qkv[t * channels + c];
-        float sum = 0.0f;
-        for (int64_t j = 0; j < kept; ++j) sum += weight[j] * last[j];
-        sum += weight[kept] * x;
-        std::memmove(last, last + 1, sizeof(float) * (kept - 1));
-        last[kept - 1] = x;
-        ssm_mixed_[t * channels + c] = silu(sum);
+        float x[kConvLanes] = {};
+        copy_lanes(x, qkv + t * channels + c0, width);
+        float sum[kConvLanes] = {};
+        for (int64_t j = 0; j < kept; ++j) {
+          const int64_t at = oldest + j;
+          const float* in = window[at < kept ? at : at - kept];
+          for (int64_t l = 0; l < kConvLanes; ++l) sum[l] += tap[j][l] * in[l];
+        }
+        for (int64_t l = 0; l < kConvLanes; ++l) sum[l] += tap[kept][l] * x[l];
+        std::memcpy(window[oldest], x, sizeof x);  // x takes the oldest input's place
+        oldest = oldest + 1 < kept ? oldest + 1 : 0;
+        activations_.silu(sum, kConvLanes);
+        copy_lanes(ssm_mixed_.data() + t * channels + c0, sum, width);
         if (mark < ckpt_begin_[static_cast<size_t>(b + 1)] &&
             batch.checkpoints[3 * mark + 1] == position + t + 1) {
           const int64_t at = batch.checkpoints[3 * mark + 2] * n_recurrent_ + w.state_index;
-          std::memcpy(state_.ckpt_conv + (at * channels + c) * kept, last, sizeof(float) * kept);
+          store_window(window, oldest, width, kept, state_.ckpt_conv + (at * channels + c0) * kept);
           ++mark;
         }
         if (!verify) continue;
         const int64_t token = t - first;
         const int64_t snap = (w.state_index * state_.n_slots + slot) * state_.snap_depth + token;
-        std::memcpy(state_.snap_conv + (snap * channels + c) * kept, last, sizeof(float) * kept);
+        store_window(window, oldest, width, kept, state_.snap_conv + (snap * channels + c0) * kept);
       }
+      store_window(window, oldest, width, kept, last);
     }
   }
 }
@@ -336,7 +384,7 @@ void LlamaForward::gated_output(const LayerWeights& w, int64_t n_tokens) {
     for (int64_t h = 0; h < r.v_heads; ++h) {
       float* o = ssm_o_.data() + t * vw + h * r.v_dim;
       rms_norm_row(o, w.ssm_norm, o, r.v_dim, dims_.norm_eps);
-      for (int64_t j = 0; j < r.v_dim; ++j) o[j] = o[j] * silu(z[h * r.v_dim + j]);
+      activations_.silu_mul(z + h * r.v_dim, o, o, r.v_dim);
     }
     quantize_act_row(ssm_o_.data(), vw, t, acts, isa_);
   }

@@ -130,6 +130,7 @@ LlamaForward::LlamaForward(const LlamaDims& dims, LlamaWeights weights, void* k_
   path_ = active_path();
   isa_ = isa_for(path_);
   attend_ = detail::attention_item_for(path_);
+  activations_ = activations_for(path_);
   n_recurrent_ = n_recurrent;
   if (has_recurrent_) {
     ssm_scratch_stride_ = delta_chunk_scratch(kDeltaChunk, d.recurrent.v_dim);
@@ -368,7 +369,7 @@ void LlamaForward::head(const ForwardBatch& batch, float* logits) {
 #endif
   for (int64_t i = 0; i < batch.n_logits; ++i) {
     float* row = logits + i * d.vocab;
-    if (d.final_softcap > 0.0f) softcap_row(row, d.final_softcap, d.vocab);
+    if (d.final_softcap > 0.0f) activations_.softcap(row, d.final_softcap, d.vocab);
     int64_t best = 0;
     for (int64_t v = 1; v < d.vocab; ++v) {
       const bool first_nan = row[v] != row[v] && row[best] == row[best];

@@ -23,6 +23,7 @@
 #include "cpu/attention_internal.h"
 #include "cpu/isa.h"
 #include "cpu/llama_weights.h"
+#include "cpu/ops.h"
 #include "cpu/quant_matmul.h"
 #include "cpu/team_barrier.h"
 
@@ -175,8 +176,9 @@ class LlamaForward {
   CpuPath path_;
   Isa isa_;
   detail::AttnItemFn attend_;
-  int64_t qkv_width_;    // the widest layer's Q/K/V row
-  int64_t max_q_width_;  // and Q row
+  Activations activations_{};  // the gated activations and soft-cap at the path's register width
+  int64_t qkv_width_;          // the widest layer's Q/K/V row
+  int64_t max_q_width_;        // and Q row
   int64_t max_kv_width_;
   int64_t max_k_;
   TeamBarrier barrier_;

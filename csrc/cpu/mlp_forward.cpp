@@ -15,11 +15,11 @@ namespace met::cpu {
 void LlamaForward::gated_row(const float* gate_up, float* out, int64_t f) const {
   const LlamaDims& d = dims_;
   if (d.swiglu_limit > 0.0f) {
-    clamped_swiglu_row(gate_up, gate_up + f, out, f, d.swiglu_limit, d.swiglu_alpha);
+    activations_.clamped_swiglu(gate_up, gate_up + f, out, f, d.swiglu_limit, d.swiglu_alpha);
   } else if (d.gelu) {
-    gelu_tanh_mul_row(gate_up, gate_up + f, out, f);
+    activations_.gelu_tanh_mul(gate_up, gate_up + f, out, f);
   } else {
-    silu_mul_row(gate_up, gate_up + f, out, f);
+    activations_.silu_mul(gate_up, gate_up + f, out, f);
   }
 }
 

@@ -89,7 +89,7 @@ void LlamaForward::per_layer_block(const LayerWeights& w, int64_t layer, int64_t
 #endif
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* gate = ple_gate_.data() + t * D;
-    gelu_tanh_mul_row(gate, ple_inputs_.data() + (t * d.n_layers + layer) * D, gate, D);
+    activations_.gelu_tanh_mul(gate, ple_inputs_.data() + (t * d.n_layers + layer) * D, gate, D);
     quantize_act_row(ple_gate_.data(), D, t, acts, isa_);
   }
   barrier_.wait();

@@ -92,6 +92,39 @@ TEST(CpuOps, GeluTanhMulAndSoftcapMatchDoubleReferences) {
   }
 }
 
+// Each path's build of the activations (ops.h Activations) gives the scalar build's bits: on a
+// length that leaves a remainder after every vector loop, and on inputs past the exponential's
+// clamp.
+TEST(CpuOps, EveryPathsActivationsGiveTheScalarBits) {
+  const int64_t n = 1531;
+  const auto gate = random_floats(n, 8, -100.0f, 100.0f);
+  const auto up = random_floats(n, 9, -3.0f, 3.0f);
+  const auto run = [&](const Activations& a) {
+    std::vector<float> out(static_cast<size_t>(5 * n));
+    float* o = out.data();
+    a.silu_mul(gate.data(), up.data(), o, n);
+    std::copy(gate.begin(), gate.end(), o + n);
+    a.silu(o + n, n);
+    a.clamped_swiglu(gate.data(), up.data(), o + 2 * n, n, 7.0f, 1.702f);
+    a.gelu_tanh_mul(gate.data(), up.data(), o + 3 * n, n);
+    std::copy(gate.begin(), gate.end(), o + 4 * n);
+    a.softcap(o + 4 * n, 30.0f, n);
+    return out;
+  };
+  const Activations& scalar = activations_for(CpuPath::kScalar);
+  const std::vector<float> want = run(scalar);
+  for (const CpuPath path : kAllPaths) {
+    if (!path_supported(path)) continue;
+    const Activations& act = activations_for(path);
+#if defined(__x86_64__)
+    if (path != CpuPath::kScalar) EXPECT_NE(act.silu_mul, scalar.silu_mul) << path_name(path);
+#endif
+    const std::vector<float> got = run(act);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.size()))
+        << path_name(path);
+  }
+}
+
 // A tiny random model with Q8_0 weights (scale 2^-6 as fp16 bits, random int8 quants).
 struct TinyModel {
   LlamaDims dims;
