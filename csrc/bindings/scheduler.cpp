@@ -91,6 +91,8 @@ void bind_values(py::module_& m) {
   event.def_readonly("kind", &ClientEvent::kind)
       .def_readonly("request_id", &ClientEvent::request_id)
       .def_readonly("token", &ClientEvent::token)
+      // The id alone, read once per generated token: no SampledToken wrapper to build.
+      .def_property_readonly("token_id", [](const ClientEvent& e) { return e.token.token; })
       .def_readonly("with_logprobs", &ClientEvent::with_logprobs)
       .def_readonly("finish_reason", &ClientEvent::finish_reason)
       .def_readonly("n", &ClientEvent::n)

@@ -22,6 +22,9 @@ from met.sampling import SamplingParams
 
 log = logging.getLogger("met.engine")
 
+# How stale the stats snapshot (metrics, the TUI) may get while requests run.
+_STATS_EVERY_S = 0.02
+
 
 @dataclass
 class _Subscriber:
@@ -197,6 +200,7 @@ class AsyncEngine:
 
     def _run(self) -> None:
         core = self.core
+        stats_due = 0.0
         try:
             while not self._stopping:
                 self._apply_commands()
@@ -206,9 +210,13 @@ class AsyncEngine:
                     self._wake.wait(0.1)
                     self._wake.clear()
                     continue
-                for delta in core.step():
-                    self._deliver(delta)
-                self._stats = core.stats()
+                deltas = core.step()
+                self._deliver(deltas)
+                # A snapshot lists every live request: republished when one ended, else at most
+                # every _STATS_EVERY_S, not once per step of a long decode.
+                now = time.monotonic()
+                if now >= stats_due or any(d.finished for d in deltas):
+                    self._stats, stats_due = core.stats(), now + _STATS_EVERY_S
             self._apply_commands()
             core.abort_all()
             core.shutdown()
@@ -248,13 +256,20 @@ class AsyncEngine:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(_settle, future, result)
 
-    def _deliver(self, delta: CompletionDelta) -> None:
-        if delta.finished:
-            subscriber = self._subscribers.pop(delta.request_id, None)
-        else:
-            subscriber = self._subscribers.get(delta.request_id)
-        if subscriber is not None:
-            _post(subscriber, delta)
+    def _deliver(self, deltas: list[CompletionDelta]) -> None:
+        """Hands a step's deltas to their callers' event loops, one wake-up per loop (each
+        call_soon_threadsafe writes to the loop's self-pipe), each request's in order."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, CompletionDelta]]] = {}
+        for delta in deltas:
+            if delta.finished:
+                subscriber = self._subscribers.pop(delta.request_id, None)
+            else:
+                subscriber = self._subscribers.get(delta.request_id)
+            if subscriber is not None:
+                by_loop.setdefault(subscriber.loop, []).append((subscriber.queue, delta))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a loop that has closed has no reader left
+                loop.call_soon_threadsafe(_put_all, items)
 
     def _publish(self, request_id: str, item) -> None:
         subscriber = self._subscribers.pop(request_id, None)
@@ -270,6 +285,11 @@ def _post(subscriber: _Subscriber, item) -> None:
     """Hands an item to the caller's event loop; a loop that has closed has no reader left."""
     with contextlib.suppress(RuntimeError):
         subscriber.loop.call_soon_threadsafe(subscriber.queue.put_nowait, item)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, CompletionDelta]]) -> None:
+    for inbox, delta in items:
+        inbox.put_nowait(delta)
 
 
 def _settle(future: asyncio.Future, result) -> None:

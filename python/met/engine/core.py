@@ -31,10 +31,11 @@ from met.models import load_model, resolve_model
 from met.parallel.experts import NEEDS_RANKS, ExpertSplitError, describe_split
 from met.sampling import SamplingParams
 
-# max_num_seqs when not set, by device type (config.py says why they differ).
 log = logging.getLogger("met.engine")
 
+# max_num_seqs when not set, by device type (config.py says why they differ).
 _DEFAULT_MAX_NUM_SEQS = {"cpu": 8, "cuda": 64}
+_TOKEN = _core.ClientEvent.Kind.Token
 SPECULATIVE = {
     "off": _core.SpecMode.Off,
     "ngram": _core.SpecMode.Ngram,
@@ -231,35 +232,43 @@ class EngineCore:
         """Runs one scheduler tick and returns the deltas it produced, in event order."""
         self.scheduler.tick(time.monotonic())
         deltas = []
+        live = self._live
         for event in self.scheduler.take_events():
-            live = self._live.get(event.request_id)
-            if live is None:
+            request = live.get(event.request_id)
+            if request is None:
                 continue
-            delta = self._on_event(event, live)
+            if event.kind == _TOKEN:
+                delta = self._on_token(event, request.state)
+            else:
+                delta = self._on_end(event, request.state)
             if delta is not None:
                 deltas.append(delta)
         return deltas
 
-    def _on_event(self, event, live: _Live) -> CompletionDelta | None:
-        state = live.state
-        kind = event.kind
-        if kind == _core.ClientEvent.Kind.Token:
-            if state.finished:
-                return None
-            state.cached_tokens = event.cached
-            scores = self.backend.prompt_scores.pop(event.request_id, None)
-            if state.params.max_tokens == 0:
-                delta = state.on_done("length", 0, state.cached_tokens)
-            else:
-                self.generated_tokens_total += 1
-                delta = state.on_token(event.token.token, _logprob(event, state.params))
-            if scores is not None:
-                delta.prompt_logprobs = scores.entries
-            if delta.finished:
-                self.scheduler.abort_request(event.request_id)
-                self._forget(event.request_id)
-            return delta
+    def _on_token(self, event, state: RequestOutputState) -> CompletionDelta | None:
+        """Runs once per generated token of every request: kept to the few reads it needs."""
+        if state.finished:
+            return None
+        rid = event.request_id
+        state.cached_tokens = event.cached
+        params = state.params
+        scores = self.backend.prompt_scores.pop(rid, None) if self.backend.prompt_scores else None
+        if params.max_tokens == 0:
+            delta = state.on_done("length", 0, state.cached_tokens)
+        else:
+            self.generated_tokens_total += 1
+            logprob = None if params.logprobs is None else _logprob(event)
+            delta = state.on_token(event.token_id, logprob)
+        if scores is not None:
+            delta.prompt_logprobs = scores.entries
+        if delta.finished:
+            self.scheduler.abort_request(rid)
+            self._forget(rid)
+        return delta
+
+    def _on_end(self, event, state: RequestOutputState) -> CompletionDelta | None:
         self._forget(event.request_id)
+        kind = event.kind
         if kind == _core.ClientEvent.Kind.Done and event.spec_off:
             self.spec_off_requests[event.spec_off] += 1
         if state.finished:
@@ -395,10 +404,8 @@ def _core_params(params: SamplingParams, max_tokens: int) -> _core.SamplingParam
     return out
 
 
-def _logprob(event, params: SamplingParams) -> TokenLogprob | None:
+def _logprob(event) -> TokenLogprob:
     # The event's with_logprobs flag follows the trace's rendering (a first token prints plain);
     # the token itself was sampled on the host with its logprobs whenever the request asked.
-    if params.logprobs is None:
-        return None
     tok = event.token
     return TokenLogprob(tok.token, tok.logprob, [(int(i), float(lp)) for i, lp in tok.top])
