@@ -130,7 +130,6 @@ void Scheduler::accept_token(Live& live, const SampledToken& tok) {
     return;
   }
   live.output.push_back(tok.token);
-  if (live.proposer) live.proposer->append(tok.token);
   const bool with_logprobs = live.req.params.wants_logprobs();
   if (with_logprobs) ++live.logprobs;
   fx_.apply(MarconiCheckpoint{&live.seq});

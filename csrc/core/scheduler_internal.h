@@ -30,8 +30,8 @@ struct Live {
   int32_t logprobs = 0;
   bool finished = false;
   std::string guard;
-  // Prompt + output so far, indexed for drafts; null when this request runs without speculation
-  // (then `spec_off` says why).
+  // The n-gram index of prompt + output (read from the two above), for drafts; null when this
+  // request runs without speculation (then `spec_off` says why).
   std::unique_ptr<NgramProposer> proposer;
   std::string spec_off;
   int32_t acc = 0;     // accepted draft tokens

@@ -25,8 +25,6 @@ class SpecDecode : public DecodeStrategy {
   void admit(Live& live) override {
     if (!live.spec_off.empty()) return;
     live.proposer = std::make_unique<NgramProposer>(cfg_.ngram);
-    live.proposer->append(live.req.prompt);
-    live.proposer->append(live.output);
   }
 
   void begin_tick(double now) override {
@@ -149,7 +147,7 @@ class SpecDecode : public DecodeStrategy {
         --l.draft_pause;
         continue;
       }
-      drafts[i] = l.proposer->propose(room(sched, l, k));
+      drafts[i] = l.proposer->propose({l.req.prompt, l.output}, room(sched, l, k));
     }
     if (!forced) plan(rows, drafts);
     stats_.proposer_seconds +=
@@ -181,7 +179,7 @@ class SpecDecode : public DecodeStrategy {
       if (!l->proposer || l->finished) continue;
       if (!l->shadow.empty()) check_shadow(*l);
       if (l->shadow.empty() && k > 0) {
-        l->shadow = l->proposer->propose(room(sched, *l, k));
+        l->shadow = l->proposer->propose({l->req.prompt, l->output}, room(sched, *l, k));
         l->shadow_at = l->output.size();
       }
     }
