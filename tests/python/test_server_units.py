@@ -321,6 +321,20 @@ def test_models_are_named_by_file_and_two_of_one_name_are_refused(tmp_path) -> N
         )
 
 
+def test_a_model_named_only_once_loaded_answers_503_while_it_loads() -> None:
+    """The default model's name comes from its file: asked for by name before it has loaded, it
+    is a 503 "still loading", not a 404 listing no model."""
+    state = ServerState(None, load_settings([], env={}), make_engine=_unloaded)
+    with pytest.raises(APIError) as e:
+        state.router.find("SmolLM2-135M-Instruct")
+    assert (e.value.status, e.value.code) == (503, "model_loading")
+    state.default.engine.ready, state.default.engine.model_name = True, "SmolLM2"
+    state.default.status = "loaded"
+    with pytest.raises(APIError) as e:
+        state.router.find("other")
+    assert e.value.status == 404 and "'SmolLM2'" in e.value.message
+
+
 class _FakeEngine:
     """An engine whose model takes 1 GiB of weights and 0.25 GiB of KV once loaded."""
 

@@ -116,6 +116,11 @@ class ModelRouter:
                 return model
         if "*" in self.default.given_names:
             return self.default
+        for model in self.models:
+            if not _listed_names(model):
+                # Named by its file only once loaded (the default model): until then the request
+                # may be asking for it, so it waits like any other (a 503 while it loads).
+                model.require_ready()
         raise APIError(
             404,
             f"The model '{requested}' does not exist; this server serves "
