@@ -27,8 +27,6 @@ void silu_mul_row(const float* gate, const float* up, float* out, int64_t n) {
   kActivations.silu_mul(gate, up, out, n);
 }
 
-void silu_row(float* x, int64_t n) { kActivations.silu(x, n); }
-
 void clamped_swiglu_row(const float* gate, const float* up, float* out, int64_t n, float limit,
                         float alpha) {
   kActivations.clamped_swiglu(gate, up, out, n, limit, alpha);

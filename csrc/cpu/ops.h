@@ -24,9 +24,6 @@ void rope_rotate_half(float* v, const float* cos, const float* sin, int64_t head
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g). out may alias gate or up.
 void silu_mul_row(const float* gate, const float* up, float* out, int64_t n);
 
-// x[i] = silu(x[i]) in place, silu_mul_row's rounding.
-void silu_row(float* x, int64_t n);
-
 // gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
 // out[i] = g * sigmoid(alpha * g) * (u + 1). out may alias gate.
 void clamped_swiglu_row(const float* gate, const float* up, float* out, int64_t n, float limit,
@@ -48,7 +45,7 @@ void softcap_row(float* x, float cap, int64_t n);
 // free functions are the scalar build; every build gives the same bits.
 struct Activations {
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
-  void (*silu)(float* x, int64_t n);
+  void (*silu)(float* x, int64_t n);  // x[i] = silu(x[i]) in place, silu_mul_row's rounding
   void (*clamped_swiglu)(const float* gate, const float* up, float* out, int64_t n, float limit,
                          float alpha);
   void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n);
