@@ -66,9 +66,14 @@ void quantize_rows_scalar(const float* x, int64_t k, int64_t row_begin, int64_t 
   }
 }
 
+// The canonical arithmetic every path reproduces bit for bit: one exact int32 per (row, column,
+// block), the weights signed (Q4_0's and Q5_0's offsets taken off the quants), then in block
+// order acc = fma(dot, d * scale, acc), Q2_K's acc = fma(mins, m * scale, acc), and for the
+// formats with a float min acc = fma(m, scaled_sum, acc) (quant_matmul_columns.inc's epilogue).
 void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64_t m, int64_t n,
                         int64_t k, QType q, int64_t n_begin, int64_t n_end) {
   const int64_t nb = k / kBlock;
+  const int32_t offset = quant_offset(q);
   Block block;
   for (int64_t col = n_begin; col < n_end; ++col) {
     const uint8_t* row = w + col * row_bytes(q, k);
@@ -79,18 +84,17 @@ void matmul_rows_scalar(const QuantActs& acts, const uint8_t* w, float* y, int64
         const int8_t* a = acts.qs + r * k + b * kBlock;
         int32_t dots[2] = {0, 0}, sums[2] = {0, 0};
         for (int i = 0; i < kBlock; ++i) {
-          dots[i / 16] += block.q[i] * a[i];
+          dots[i / 16] += (block.q[i] - offset) * a[i];
           sums[i / 16] += a[i];
         }
         const int32_t dot = block.half[0] * dots[0] + block.half[1] * dots[1];
-        acc += block.d * acts.scale[r * nb + b] * static_cast<float>(dot);
-        // Q2_K's mins (0 for the other formats): m * scale * (min_0 * sum_0 + min_1 * sum_1).
-        const int32_t mins = block.half_min[0] * sums[0] + block.half_min[1] * sums[1];
-        if (q == QType::kQ2_K) acc += block.m * acts.scale[r * nb + b] * static_cast<float>(mins);
-        if (q == QType::kQ4_0 || q == QType::kQ5_0) {
-          acc -= static_cast<float>(quant_offset(q)) * block.d * acts.scaled_sum[r * nb + b];
+        const float scale = acts.scale[r * nb + b];
+        acc = std::fma(static_cast<float>(dot), block.d * scale, acc);
+        if (q == QType::kQ2_K) {
+          const int32_t mins = block.half_min[0] * sums[0] + block.half_min[1] * sums[1];
+          acc = std::fma(static_cast<float>(mins), block.m * scale, acc);
         }
-        if (has_min(q)) acc += block.m * acts.scaled_sum[r * nb + b];
+        if (has_min(q)) acc = std::fma(block.m, acts.scaled_sum[r * nb + b], acc);
       }
       y[r * n + col] = acc;
     }

@@ -8,11 +8,11 @@
 //   GGUF tensor's bytes); x and y are dense row-major fp32. Activations are quantized to int8 per
 //   32-element block (scale max|x| / 127) before the integer dot products, so the result
 //   differs from a float dot product by about 1e-3 relative. Every path quantizes
-//   activations identically; paths differ only in float summation order, except that AVX-512
-//   VNNI and AMX-INT8 agree bit for bit: both make one exact int32 per (row, column, block)
-//   (quant_matmul_columns.inc; tiles from amx_min_rows rows on the amx path) and run one float
-//   epilogue in block order. Every path gives a row the same bits whatever the other rows of the
-//   batch (batch invariance).
+//   activations identically. The scalar, AVX-512 VNNI and AMX-INT8 paths agree bit for bit: each
+//   makes one exact int32 per (row, column, block) (quant_matmul_columns.inc; tiles from
+//   amx_min_rows rows on the amx path) and runs one float epilogue in block order
+//   (matmul_rows_scalar spells it out). AVX2 sums the same integer dots in another float order.
+//   Every path gives a row the same bits whatever the other rows of the batch (batch invariance).
 #pragma once
 
 #include <cstddef>

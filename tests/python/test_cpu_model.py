@@ -210,6 +210,26 @@ def test_a_row_is_bitwise_the_same_on_tiles_and_on_the_vnni_kernel(cpu_path: str
         _core.cpu.set_amx_min_rows(1)
 
 
+@pytest.mark.parametrize(("qtype", "overrides"), [("Q4_1", {}), ("Q4_K", SUPER_SHAPE)])
+def test_logits_are_the_scalar_paths_bits(cpu_path: str, qtype: str, overrides: dict) -> None:
+    """The avx512 and amx paths (tiles included) make the scalar path's exact int32 per block and
+    run its epilogue, and the other kernels agree across paths too: a step's logits are the same
+    bits on each, so a forward is reproducible across those machines, not only batch-invariant."""
+    if cpu_path in ("scalar", "avx2"):
+        pytest.skip("the scalar path is the reference; avx2 sums its dots in another order")
+    model = quant_model(qtype, **overrides)
+    steps = {}
+    for path in (cpu_path, "scalar"):
+        if path == "scalar":
+            _core.cpu.set_cpu_path("scalar")
+        runner = PagedRunner(model, num_blocks=64, block_size=4)
+        runner.model = CpuLlama(model, runner.cache)
+        steps[path] = [runner.step(rows) for rows in STEPS]
+    for got, want in zip(steps[cpu_path], steps["scalar"], strict=True):
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)
+
+
 def test_bad_rows_raise_value_error_and_the_model_keeps_working() -> None:
     model = quant_model()
     runner = PagedRunner(model, num_blocks=8, block_size=4)
