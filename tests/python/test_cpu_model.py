@@ -218,16 +218,16 @@ def test_logits_are_the_scalar_paths_bits(cpu_path: str, qtype: str, overrides: 
     if cpu_path in ("scalar", "avx2"):
         pytest.skip("the scalar path is the reference; avx2 sums its dots in another order")
     model = quant_model(qtype, **overrides)
-    steps = {}
-    for path in (cpu_path, "scalar"):
-        if path == "scalar":
-            _core.cpu.set_cpu_path("scalar")
+
+    def logits() -> list[torch.Tensor]:
         runner = PagedRunner(model, num_blocks=64, block_size=4)
         runner.model = CpuLlama(model, runner.cache)
-        steps[path] = [runner.step(rows) for rows in STEPS]
-    for got, want in zip(steps[cpu_path], steps["scalar"], strict=True):
-        for g, w in zip(got, want, strict=True):
-            assert torch.equal(g, w)
+        return [row for rows in STEPS for row in runner.step(rows)]
+
+    on_path = logits()
+    _core.cpu.set_cpu_path("scalar")
+    for got, want in zip(on_path, logits(), strict=True):
+        assert torch.equal(got, want)
 
 
 def test_bad_rows_raise_value_error_and_the_model_keeps_working() -> None:
