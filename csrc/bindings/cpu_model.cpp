@@ -12,6 +12,7 @@
 
 #include "cpu/llama_forward.h"
 #include "cpu/ops.h"
+#include "met/direct_forward.h"
 
 namespace py = pybind11;
 
@@ -63,6 +64,46 @@ void run_forward(cpu::LlamaForward& self, uintptr_t ids, int64_t n_rows, uintptr
   forward_without_gil(self, batch, logits);
 }
 
+// A step's rows packed as the forward reads them: each row's tokens, the position after its last
+// (seq_len) and its block table padded to the widest; a row gets a logits row per token when
+// `every` (a verify row), else one for its last.
+class PackedRows {
+ public:
+  PackedRows(size_t n_rows, size_t stride) : stride_(stride), flat_(n_rows * stride, 0) {}
+
+  template <typename Token>
+  void add(const std::vector<Token>& tokens, int32_t start, const std::vector<int32_t>& table,
+           bool every) {
+    if (tokens.empty()) throw py::value_error("a row needs at least one token");
+    const auto first = static_cast<int64_t>(ids_.size());
+    ids_.insert(ids_.end(), tokens.begin(), tokens.end());
+    const auto end = static_cast<int64_t>(ids_.size());
+    cu_.push_back(static_cast<int32_t>(end));
+    lens_.push_back(start + static_cast<int32_t>(tokens.size()));
+    for (int64_t t = every ? first : end - 1; t < end; ++t) logits_rows_.push_back(t);
+    std::copy(table.begin(), table.end(), flat_.begin() + (lens_.size() - 1) * stride_);
+  }
+
+  int64_t n_logits() const { return static_cast<int64_t>(logits_rows_.size()); }
+
+  // Valid while this PackedRows lives.
+  cpu::ForwardBatch batch() const {
+    cpu::ForwardBatch b;
+    b.ids = ids_.data();
+    b.rows = cpu::AttnRows{static_cast<int64_t>(lens_.size()), cu_.data(), lens_.data(),
+                           flat_.data(), static_cast<int64_t>(stride_)};
+    b.logits_rows = logits_rows_.data();
+    b.n_logits = n_logits();
+    return b;
+  }
+
+ private:
+  size_t stride_;
+  std::vector<int64_t> ids_;
+  std::vector<int32_t> cu_{0}, lens_, flat_;
+  std::vector<int64_t> logits_rows_;
+};
+
 // The backend's own shape of a step: each row's new tokens, the position of its first one and
 // its block table; the first `spread` rows (verify rows) get a logits row per token, the others
 // one for their last. Packing here rather than in Python keeps a step's host work small.
@@ -87,27 +128,11 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
   }
   size_t stride = 1;
   for (const auto& t : tables) stride = std::max(stride, t.size());
-  std::vector<int64_t> ids;
-  std::vector<int32_t> cu{0}, lens, flat(n_rows * stride, 0);
-  std::vector<int64_t> logits_rows;
+  PackedRows packed(n_rows, stride);
   for (size_t b = 0; b < n_rows; ++b) {
-    if (tokens[b].empty()) throw py::value_error("a row needs at least one token");
-    const auto first = static_cast<int64_t>(ids.size());
-    ids.insert(ids.end(), tokens[b].begin(), tokens[b].end());
-    cu.push_back(static_cast<int32_t>(ids.size()));
-    lens.push_back(starts[b] + static_cast<int32_t>(tokens[b].size()));
-    const auto end = static_cast<int64_t>(ids.size());
-    for (int64_t t = b < static_cast<size_t>(spread) ? first : end - 1; t < end; ++t) {
-      logits_rows.push_back(t);
-    }
-    std::copy(tables[b].begin(), tables[b].end(), flat.begin() + b * stride);
+    packed.add(tokens[b], starts[b], tables[b], b < static_cast<size_t>(spread));
   }
-  cpu::ForwardBatch batch;
-  batch.ids = ids.data();
-  batch.rows = cpu::AttnRows{static_cast<int64_t>(n_rows), cu.data(), lens.data(), flat.data(),
-                             static_cast<int64_t>(stride)};
-  batch.logits_rows = logits_rows.data();
-  batch.n_logits = static_cast<int64_t>(logits_rows.size());
+  cpu::ForwardBatch batch = packed.batch();
   batch.state_slots = state_slots.empty() ? nullptr : state_slots.data();
   batch.verify = verify.empty() ? nullptr : verify.data();
   batch.checkpoints = checkpoints.data();
@@ -115,6 +140,42 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
   forward_without_gil(self, batch, logits);
   return py::cast(self.argmax());
 }
+
+// The C++ forward of a model without recurrent layers as the core's RowForward: its logits stay
+// in a buffer of its own, which only the argmax reads.
+class CpuRowForward : public RowForward {
+ public:
+  explicit CpuRowForward(cpu::LlamaForward& forward) : forward_(forward) {}
+
+  std::vector<int32_t> argmax_rows(const StepPlan& plan) override {
+    size_t stride = 1;
+    for (const PlanRow& row : plan.rows) stride = std::max(stride, row.seq->block_table.size());
+    PackedRows packed(plan.rows.size(), stride);
+    for (const PlanRow& row : plan.rows) {
+      packed.add(row.tokens, row.start, row.seq->block_table, row.kind == RowKind::Verify);
+    }
+    logits_.resize(static_cast<size_t>(packed.n_logits() * forward_.vocab()));
+    forward_without_gil(forward_, packed.batch(), reinterpret_cast<uintptr_t>(logits_.data()));
+    const std::vector<int64_t>& argmax = forward_.argmax();
+    return {argmax.begin(), argmax.end()};
+  }
+
+ private:
+  cpu::LlamaForward& forward_;
+  std::vector<float> logits_;
+};
+
+// The DirectForward the engine puts between the scheduler and its Python backend; the
+// RowForward is a base so that it is built before the DirectForward that holds it.
+struct CpuRows {
+  CpuRowForward rows;
+};
+
+class CpuDirectForward : private CpuRows, public DirectForward {
+ public:
+  CpuDirectForward(Backend& device, cpu::LlamaForward& forward)
+      : CpuRows{CpuRowForward(forward)}, DirectForward(device, rows) {}
+};
 
 }  // namespace
 
@@ -159,6 +220,16 @@ void bind_cpu_model(py::module_& m) {
       .def_property_readonly(
           "path", [](const cpu::LlamaForward& f) { return f.path(); },
           "the kernel path (scalar, avx2, avx512, amx) fixed when this forward was built");
+
+  // keep_alive: the DirectForward holds both by reference.
+  py::class_<CpuDirectForward, Backend>(
+      cpu, "DirectForward",
+      "the scheduler's backend for a model on this forward: greedy decode and verify steps run "
+      "the forward from C++, every other call goes to the wrapped backend")
+      .def(py::init<Backend&, cpu::LlamaForward&>(), py::arg("device"), py::arg("forward"),
+           py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+      .def_property_readonly("direct_steps", &DirectForward::direct_steps)
+      .def_property_readonly("device_steps", &DirectForward::device_steps);
 
   cpu.def(
       "rms_norm",

@@ -115,7 +115,8 @@ void bind_values(py::module_& m) {
       .def_readonly("running", &SchedulerStats::running)
       .def_readonly("prefilling", &SchedulerStats::prefilling)
       .def_readonly("waiting", &SchedulerStats::waiting)
-      .def_readonly("requeued", &SchedulerStats::requeued);
+      .def_readonly("requeued", &SchedulerStats::requeued)
+      .def_readonly("preemptions", &SchedulerStats::preemptions);
 }
 
 }  // namespace

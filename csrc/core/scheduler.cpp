@@ -103,6 +103,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefilling = static_cast<int32_t>(prefilling_.size());
   s.waiting = static_cast<int32_t>(inbox_.size() + queue_.size());
   s.requeued = static_cast<int32_t>(requeued_.size());
+  s.preemptions = preemptions_;
   return s;
 }
 

@@ -141,6 +141,7 @@ void Scheduler::accept_token(Live& live, const SampledToken& tok) {
 // The victim's KV goes away; its output, pending token and client stream stay, so a resume
 // re-prefills prompt + output[:-1] and carries on (trace spec 5.9 step 3).
 void Scheduler::preempt(Live& victim) {
+  ++preemptions_;
   fx_.apply(ReleaseSeq{&victim.seq, true, ReleaseWhy::PreemptRequeue});
   auto it = std::find_if(active_.begin(), active_.end(),
                          [&victim](const LivePtr& l) { return l.get() == &victim; });

@@ -82,6 +82,7 @@ class LlamaForward {
   const std::vector<int64_t>& argmax() const { return argmax_; }
 
   int n_threads() const { return n_threads_; }
+  int64_t vocab() const { return dims_.vocab; }
   // Wall time spent inside forward() since construction: what a caller subtracts from its step
   // time to measure its own (host) overhead.
   double kernel_seconds() const { return kernel_seconds_; }

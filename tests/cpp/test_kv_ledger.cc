@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "echo_device.h"
 #include "met/block_manager.h"
 #include "met/kv_ledger.h"
 #include "met/scheduler.h"
@@ -14,61 +15,6 @@
 
 namespace met {
 namespace {
-
-// Answers every logits row with `its input token + 1` and touches no KV state; checks that every
-// row arrives with its blocks and its history.
-class EchoDevice : public Backend {
- public:
-  explicit EchoDevice(int32_t block_size, int32_t total_blocks = 100)
-      : block_size_(block_size), total_blocks_(total_blocks) {}
-
-  DeviceInfo open() override { return DeviceInfo{64, block_size_, total_blocks_, false, 1, 2}; }
-  int32_t num_free_blocks() override {
-    ADD_FAILURE() << "the ledger answers num_free_blocks";
-    return 0;
-  }
-  void alloc_sequence(Sequence& seq, int32_t /*budget*/) override { seq.slot = next_slot_++; }
-  void free_sequence(Sequence& seq) override {
-    EXPECT_TRUE(seq.block_table.empty());
-    seq.slot = kDetachedSlot;
-  }
-  void compact_sequence(Sequence& seq, int64_t new_slot) override { seq.slot = new_slot; }
-  std::vector<int32_t> execute(const StepPlan& plan) override {
-    calls.push_back(plan.call);
-    rows_.clear();
-    for (const PlanRow& r : plan.rows) {
-      const auto end = r.start + static_cast<int32_t>(r.tokens.size());
-      EXPECT_GE(static_cast<int32_t>(r.seq->block_table.size()) * block_size_, end);
-      EXPECT_EQ(static_cast<int32_t>(r.seq->tokens.size()), r.start);
-      const size_t n = r.kind == RowKind::Verify ? r.tokens.size() : 1;
-      for (size_t i = r.tokens.size() - n; i < r.tokens.size(); ++i) {
-        rows_.push_back(r.tokens[i] + 1);
-      }
-    }
-    return plan.argmax ? rows_ : std::vector<int32_t>{};
-  }
-  void commit_accepted_prefix(Sequence& /*seq*/, int32_t /*na*/, int32_t /*k*/) override {
-    ++restores;
-  }
-  int32_t argmax_on_device(int32_t row, int32_t /*stream*/) override { return rows_.at(row); }
-  std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t /*stream*/) override {
-    return {rows_.begin() + row, rows_.begin() + row + n};
-  }
-  std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) override {
-    std::vector<SampledToken> out;
-    for (const SampleRow& r : rows) out.push_back(SampledToken{rows_.at(r.row), 0.0f, {}});
-    return out;
-  }
-
-  std::vector<ReferenceCall> calls;
-  int restores = 0;
-
- private:
-  int32_t block_size_;
-  int32_t total_blocks_;
-  int64_t next_slot_ = 0;
-  std::vector<int32_t> rows_;
-};
 
 Request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
   Request r;
@@ -190,6 +136,7 @@ TEST(KvLedgerScheduler, ExhaustionPreemptsAndTheOutputsStandUnchanged) {
   ASSERT_EQ(done.size(), 2u);
   // Two prefills, then the preempted sequence's prefill of its prompt and output again.
   EXPECT_EQ(std::count(device.calls.begin(), device.calls.end(), ReferenceCall::Prefill), 3);
+  EXPECT_EQ(sched.stats().preemptions, 1);
   for (const ClientEvent& e : done) {
     const int32_t first = e.request_id == 1 ? 6 : 35;
     EXPECT_EQ(e.output, counting(first, 8)) << "request " << e.request_id;

@@ -263,7 +263,9 @@ def stepped_logits(runner: PagedRunner, steps, seqs) -> dict[str, torch.Tensor]:
 def exhaust_kv_once(backend, at: int) -> list:
     """Makes the backend's `at`-th decode plan raise KvExhausted, as a full KV pool does mid-decode
     (the scheduler preempts a sequence, prefilled again with its output later); returns the list
-    of decode plans seen."""
+    of decode plans seen. Only plans that reach the Python backend count: a greedy decode on the
+    C++ CPU forward skips it (DirectForward) unless TorchBackend.for_scheduler returns the backend
+    itself."""
     from met import _core
 
     execute, calls = backend.execute, []

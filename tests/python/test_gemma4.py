@@ -190,10 +190,13 @@ def test_gemma4_prefix_hit_equals_miss_and_batching_changes_nothing(gguf_file, t
         llm.close()
 
 
-def test_gemma4_preempted_sequences_resume_unchanged(gguf_file):
+def test_gemma4_preempted_sequences_resume_unchanged(gguf_file, monkeypatch):
     from met.config import EngineConfig
     from met.engine.core import EngineCore
+    from met.engine.torch_backend import TorchBackend
 
+    # Every decode plan through the Python backend, where exhaust_kv_once fails one.
+    monkeypatch.setattr(TorchBackend, "for_scheduler", lambda self: self)
     engine = EngineCore(EngineConfig(model=str(gguf_file), device="cpu", block_size=4))
     backend = engine.backend
 
@@ -210,6 +213,7 @@ def test_gemma4_preempted_sequences_resume_unchanged(gguf_file):
     calls = exhaust_kv_once(backend, 3)
     tokens = run([f"r{i}" for i in range(3)])
     assert len(calls) > 3 and len(want) == 10
+    assert engine.scheduler.stats().preemptions == 1
     assert all(t == want for t in tokens.values())
 
 

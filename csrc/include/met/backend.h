@@ -1,7 +1,8 @@
 // Owns: nothing; the one interface through which the scheduler reaches a device.
 // Called by: the scheduler (and the effect applier) only. Implemented by RecordingBackend (C++,
 // golden traces) and TorchBackend (Python, through the pybind11 trampoline in bindings/); a
-// scheduler built with a block manager reaches the device through its KvLedger, which is one too.
+// scheduler built with a block manager reaches the device through its KvLedger, which is one too,
+// and on the C++ CPU forward the engine wraps TorchBackend in a DirectForward (direct_forward.h).
 // Invariants: every forward is one execute(plan); the reference engine's calls that mean nothing
 // to met are not here but in TraceHooks, so a tick crosses into a Python backend only for work
 // the device does. "Silent" methods are queries the fake does not record.

@@ -96,6 +96,7 @@ struct SchedulerStats {
   int32_t prefilling = 0;
   int32_t waiting = 0;  // inbox + queue
   int32_t requeued = 0;
+  int64_t preemptions = 0;  // sequences preempted (KV exhausted) since the scheduler started
 };
 
 // Chunk length for prompt tokens [off, total) given a proposed length (trace spec 5.4): a chunk
@@ -232,6 +233,7 @@ class Scheduler {
   std::vector<LivePtr> prefilling_;
   std::vector<LivePtr> active_;
   std::vector<LivePtr> requeued_;
+  int64_t preemptions_ = 0;
   std::set<uint64_t> cancelled_;
   std::vector<ClientEvent> events_;
   std::unique_ptr<DecodeStrategy> decode_;

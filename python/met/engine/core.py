@@ -102,8 +102,11 @@ class EngineCore:
         )
         self.backend = self._make_backend(kv_cache, num_blocks)
         self.pooler = pooler_for(self.config, self.model_path, self.model, kv_cache, self.blocks)
-        # The scheduler owns the KV bookkeeping over the backend's forwards (C++ KvLedger).
-        self.scheduler = _core.Scheduler(self.backend, self._scheduler_config(), self.blocks)
+        # The scheduler owns the KV bookkeeping over the backend's forwards (C++ KvLedger); on
+        # the C++ CPU forward it runs greedy decode steps itself (DirectForward).
+        self.scheduler_backend = self.backend.for_scheduler()
+        settings = self._scheduler_config()
+        self.scheduler = _core.Scheduler(self.scheduler_backend, settings, self.blocks)
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
         self._by_name: dict[str, int] = {}

@@ -100,6 +100,13 @@ class TorchBackend(_core.Backend):
     def _on(self, stream: int) -> AbstractContextManager:
         return self.streams.use(stream) if self.streams else nullcontext()
 
+    def for_scheduler(self) -> _core.Backend:
+        """The backend the scheduler runs over: this one, or for a model on the C++ CPU forward a
+        DirectForward around it, which runs the greedy decode and verify steps (those that need
+        only each row's argmax) without a call back into Python."""
+        forward = getattr(self.model, "direct_forward", None)
+        return self if forward is None else _core.cpu.DirectForward(self, forward)
+
     # --- sequences ---
     def alloc_sequence(self, seq: _core.Sequence, budget: int) -> None:
         seq.slot = self._free_slots.pop()

@@ -160,6 +160,13 @@ class CpuLlama:
         return self._impl.n_threads
 
     @property
+    def direct_forward(self) -> _core.cpu.LlamaForward | None:
+        """The forward the scheduler may run its greedy decode and verify steps on itself (see
+        TorchBackend.for_scheduler); None with recurrent layers, whose state slots and
+        checkpoints this class keeps."""
+        return self._impl if self.cache.state is None else None
+
+    @property
     def kernel_seconds(self) -> float:
         """Wall time spent inside the C++ forward so far (benchmarks/host_overhead.py)."""
         return self._impl.kernel_seconds

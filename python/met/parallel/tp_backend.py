@@ -35,6 +35,10 @@ class TensorParallelBackend(TorchBackend):
         self._last_ping = time.monotonic()
         self._shut_down = False
 
+    def for_scheduler(self) -> _core.Backend:
+        """Every forward is announced to the worker ranks from here, so none may skip it."""
+        return self
+
     def execute(self, plan: _core.StepPlan) -> list[int]:
         if plan.call in _ANNOUNCED:
             self._announce(plan.rows[0])

@@ -1,0 +1,52 @@
+// The greedy decode and verify steps' shortcut past the device backend (met/direct_forward.h).
+#include "met/direct_forward.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace met {
+
+// Only a plan whose readback is its argmax can skip the backend: any other leaves logits for the
+// host to sample, and prefill rows may carry host work of their own (prompt scoring).
+bool DirectForward::takes(const StepPlan& plan) {
+  if (!plan.argmax) return false;
+  for (const PlanRow& row : plan.rows) {
+    if (row.kind == RowKind::PrefillChunk) return false;
+  }
+  return true;
+}
+
+std::vector<int32_t> DirectForward::execute(const StepPlan& plan) {
+  last_direct_ = false;
+  if (!takes(plan)) {
+    ++device_steps_;
+    return device_.execute(plan);
+  }
+  argmax_ = forward_.argmax_rows(plan);
+  last_direct_ = true;
+  ++direct_steps_;
+  return argmax_;
+}
+
+int32_t DirectForward::argmax_on_device(int32_t row, int32_t stream) {
+  if (!last_direct_) return device_.argmax_on_device(row, stream);
+  return argmax_.at(static_cast<size_t>(row));
+}
+
+std::vector<int32_t> DirectForward::argmax_batch(int32_t row, int32_t n, int32_t stream) {
+  if (!last_direct_) return device_.argmax_batch(row, n, stream);
+  if (row < 0 || n < 0 || static_cast<size_t>(row) + static_cast<size_t>(n) > argmax_.size()) {
+    throw std::out_of_range("DirectForward: argmax rows " + std::to_string(row) + ".." +
+                            std::to_string(row + n) + " of " + std::to_string(argmax_.size()));
+  }
+  return {argmax_.begin() + row, argmax_.begin() + row + n};
+}
+
+std::vector<SampledToken> DirectForward::sample_rows(const std::vector<SampleRow>& rows) {
+  if (last_direct_) {
+    throw std::logic_error("DirectForward: host sampling after a step whose logits stayed in C++");
+  }
+  return device_.sample_rows(rows);
+}
+
+}  // namespace met

@@ -1,0 +1,75 @@
+// Owns: nothing; the shortcut by which the greedy decode and verify steps of a C++ forward skip
+// the device backend's language boundary (RowForward, DirectForward).
+// Called by: the scheduler, as its device backend (the KvLedger wraps it); every call it does not
+// take itself goes to the backend it wraps.
+// Invariants: a plan runs on the RowForward only when it wants nothing but every logits row's
+// argmax (plan.argmax, decode and verify rows only); the readback of such a step is answered
+// from that argmax, and host sampling after it is a logic_error (no host holds its logits). Every
+// other plan, and every sequence, stream and shutdown call, reaches the wrapped backend unchanged.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "met/backend.h"
+
+namespace met {
+
+// A forward the core can run on its own: the plan's rows, with block tables already covering
+// their tokens (the KvLedger grew them), into the KV pool it was built on.
+class RowForward {
+ public:
+  virtual ~RowForward() = default;
+  // Every logits row's argmax, the rows laid out as StepPlan says.
+  virtual std::vector<int32_t> argmax_rows(const StepPlan& plan) = 0;
+};
+
+class DirectForward : public Backend {
+ public:
+  DirectForward(Backend& device, RowForward& forward) : device_(device), forward_(forward) {}
+
+  DeviceInfo open() override { return device_.open(); }
+  int32_t num_free_blocks() override { return device_.num_free_blocks(); }
+  int32_t match_prefix(Sequence& seq, const std::vector<int32_t>& prompt) override {
+    return device_.match_prefix(seq, prompt);
+  }
+  void alloc_sequence(Sequence& seq, int32_t budget) override {
+    device_.alloc_sequence(seq, budget);
+  }
+  void free_sequence(Sequence& seq) override { device_.free_sequence(seq); }
+  void compact_sequence(Sequence& seq, int64_t new_slot) override {
+    device_.compact_sequence(seq, new_slot);
+  }
+
+  // A greedy decode or verify plan runs on the RowForward; any other on the device backend.
+  std::vector<int32_t> execute(const StepPlan& plan) override;
+  void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override {
+    device_.commit_accepted_prefix(seq, na, k);
+  }
+
+  int32_t argmax_on_device(int32_t row, int32_t stream) override;
+  std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t stream) override;
+  std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) override;
+
+  void join_streams(int32_t event, int32_t recorded, int32_t waiting) override {
+    device_.join_streams(event, recorded, waiting);
+  }
+  void synchronize(int32_t stream) override { device_.synchronize(stream); }
+  void teardown() override { device_.teardown(); }
+
+  // Plans the RowForward ran, and those the device backend ran.
+  int64_t direct_steps() const { return direct_steps_; }
+  int64_t device_steps() const { return device_steps_; }
+
+ private:
+  static bool takes(const StepPlan& plan);
+
+  Backend& device_;
+  RowForward& forward_;
+  bool last_direct_ = false;  // the last forward ran here: its readback is `argmax_`
+  std::vector<int32_t> argmax_;
+  int64_t direct_steps_ = 0;
+  int64_t device_steps_ = 0;
+};
+
+}  // namespace met

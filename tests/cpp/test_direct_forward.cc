@@ -1,0 +1,154 @@
+// DirectForward: greedy decode and verify plans run on the RowForward without reaching the
+// device backend, their readback comes from that forward's argmax, host sampling after one is
+// refused, and a scheduler over it gives the same outputs as over the device backend alone.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "echo_device.h"
+#include "met/block_manager.h"
+#include "met/direct_forward.h"
+#include "met/scheduler.h"
+#include "met/step_plan.h"
+
+namespace met {
+namespace {
+
+// The echo rule on the core's side of the boundary; counts the plans it ran.
+class EchoRows : public RowForward {
+ public:
+  std::vector<int32_t> argmax_rows(const StepPlan& plan) override {
+    calls.push_back(plan.call);
+    return echo_rows(plan);
+  }
+  std::vector<ReferenceCall> calls;
+};
+
+Sequence sequence(uint64_t id, int32_t blocks) {
+  Sequence s;
+  s.session_hash = id;
+  for (int32_t b = 0; b < blocks; ++b) s.block_table.push_back(b);
+  return s;
+}
+
+TEST(DirectForward, AGreedyDecodeOrVerifyRunsOnTheRowForwardAndItsReadbackComesFromIt) {
+  EchoDevice device(4);
+  EchoRows rows;
+  DirectForward direct(device, rows);
+  Sequence a = sequence(1, 2), b = sequence(2, 2);
+  a.tokens = {1, 2, 3};
+  b.tokens = {4, 5};
+  StepPlan decode{ReferenceCall::DecodeBatch, 0, {decode_row(a, 10), decode_row(b, 20)}};
+  decode.argmax = true;
+  EXPECT_EQ(direct.execute(decode), (std::vector<int32_t>{11, 21}));
+  StepPlan verify{ReferenceCall::DecodeVerifyBatched, 0, verify_rows({30, 31, 32}, {2}, {&a})};
+  verify.argmax = true;
+  EXPECT_EQ(direct.execute(verify), (std::vector<int32_t>{31, 32, 33}));
+  EXPECT_EQ(direct.argmax_batch(1, 2, 0), (std::vector<int32_t>{32, 33}));
+  EXPECT_EQ(direct.argmax_on_device(0, 0), 31);
+  EXPECT_THROW(direct.argmax_batch(2, 2, 0), std::out_of_range);
+  EXPECT_THROW(direct.sample_rows({SampleRow{}}), std::logic_error);
+  EXPECT_TRUE(device.calls.empty());
+  EXPECT_EQ(rows.calls.size(), 2u);
+  EXPECT_EQ(direct.direct_steps(), 2);
+  EXPECT_EQ(direct.device_steps(), 0);
+}
+
+TEST(DirectForward, PlansThatLeaveLogitsForTheHostGoToTheDevice) {
+  EchoDevice device(4);
+  EchoRows rows;
+  DirectForward direct(device, rows);
+  Sequence a = sequence(1, 2);
+  StepPlan sampled{ReferenceCall::DecodeBatch, 0, {decode_row(a, 10)}};  // no argmax readback
+  EXPECT_TRUE(direct.execute(sampled).empty());
+  SampleRow row;
+  EXPECT_EQ(direct.sample_rows({row}).at(0).token, 11);
+  const std::vector<int32_t> prompt = {7, 8, 9};
+  StepPlan prefill{ReferenceCall::Prefill, 0, {prefill_row(a, prompt, 0, 3, true)}};
+  prefill.argmax = true;  // even asked for its argmax, a prefill row stays with the device
+  direct.execute(prefill);
+  EXPECT_EQ(direct.argmax_on_device(0, 0), 10);
+  EXPECT_TRUE(rows.calls.empty());
+  EXPECT_EQ(device.calls.size(), 2u);
+  EXPECT_EQ(direct.device_steps(), 2);
+}
+
+Request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens, float temperature) {
+  Request r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  r.params.temperature = temperature;
+  return r;
+}
+
+// Outputs by request id, run to shutdown.
+std::vector<std::vector<int32_t>> serve(Backend& backend, BlockManager& blocks) {
+  SchedulerConfig cfg;
+  cfg.max_prefill_tokens = 4;
+  cfg.spec.mode = SpecMode::NgramForced;
+  Scheduler sched(backend, cfg, nullptr, nullptr, &blocks);
+  // A repeating prompt, so the n-gram proposer drafts and verify steps run.
+  sched.add_request(request(0, {1, 2, 3, 1, 2, 3, 1, 2}, 12, 0.0f));
+  sched.add_request(request(1, {5, 6, 7}, 9, 0.0f));
+  sched.add_request(request(2, {9, 9, 9, 9, 9}, 7, 0.8f));  // sampled: read on the host
+  sched.close_inbox();
+  std::vector<std::vector<int32_t>> out(3);
+  for (int32_t tick = 1; tick < 300 && !sched.tick(tick).shutdown; ++tick) {
+    for (ClientEvent& e : sched.take_events()) {
+      if (e.kind == ClientEvent::Kind::Done) out.at(e.request_id) = e.output;
+    }
+  }
+  EXPECT_GT(sched.spec_stats().verify_steps, 0);
+  return out;
+}
+
+TEST(DirectForwardScheduler, OutputsAreTheDeviceBackendsAndNoBlockIsLeft) {
+  BlockManager alone_blocks(64, 4), direct_blocks(64, 4);
+  EchoDevice alone(4), device(4);
+  EchoRows rows;
+  DirectForward direct(device, rows);
+  const auto expected = serve(alone, alone_blocks);
+  const auto got = serve(direct, direct_blocks);
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got.at(1).size(), 9u);
+  EXPECT_GT(direct.direct_steps(), 0);
+  EXPECT_GT(direct.device_steps(), 0);  // the prefills, and the steps with the sampled request
+  EXPECT_EQ(direct_blocks.num_free_blocks(), 64);
+  direct_blocks.check_invariants();
+}
+
+// The device reports more blocks than the pool holds: the ledger runs out before a direct decode,
+// one sequence is preempted and prefilled again, and both end as they would alone.
+TEST(DirectForwardScheduler, ExhaustionBeforeADirectDecodePreemptsAndOutputsStand) {
+  BlockManager blocks(5, 4);
+  EchoDevice device(4, 100);
+  EchoRows rows;
+  DirectForward direct(device, rows);
+  Scheduler sched(direct, SchedulerConfig{}, nullptr, nullptr, &blocks);
+  sched.add_request(request(1, {1, 2, 3, 4, 5}, 8, 0.0f));
+  sched.add_request(request(2, {30, 31, 32, 33, 34}, 8, 0.0f));
+  sched.close_inbox();
+  std::vector<ClientEvent> done;
+  for (int32_t tick = 1; tick < 200 && !sched.tick(tick).shutdown; ++tick) {
+    for (ClientEvent& e : sched.take_events()) {
+      if (e.kind == ClientEvent::Kind::Done) done.push_back(e);
+    }
+  }
+  ASSERT_EQ(done.size(), 2u);
+  for (const ClientEvent& e : done) {
+    const int32_t first = e.request_id == 1 ? 6 : 35;
+    std::vector<int32_t> want;
+    for (int32_t i = 0; i < 8; ++i) want.push_back(first + i);
+    EXPECT_EQ(e.output, want) << "request " << e.request_id;
+  }
+  EXPECT_EQ(sched.stats().preemptions, 1);
+  EXPECT_GT(direct.direct_steps(), 0);
+  EXPECT_EQ(blocks.num_free_blocks(), 5);
+  blocks.check_invariants();
+}
+
+}  // namespace
+}  // namespace met

@@ -1,0 +1,81 @@
+"""The scheduler runs greedy decode and verify steps on the C++ CPU forward itself (DirectForward):
+every output, greedy, speculative, sampled, penalised, constrained or with logprobs, is token for
+token the one the Python backend gives when every step goes through it, and the direct steps do
+happen."""
+
+from __future__ import annotations
+
+import pytest
+
+import met
+from met.engine.torch_backend import TorchBackend
+from met.sampling import Constraint, SamplingParams
+
+pytestmark = pytest.mark.slow
+
+REPEAT = "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox."
+
+
+def _params() -> list[SamplingParams]:
+    greedy = {"temperature": 0.0, "max_tokens": 24}
+    # The first two outlast the rest, whose rows take every step they share to the Python side.
+    return [
+        SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True),
+        SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True),
+        SamplingParams(temperature=0.8, seed=7, max_tokens=24),
+        SamplingParams(**greedy, min_tokens=6),  # the floor is sampled on the host
+        SamplingParams(**greedy, logprobs=2),
+        SamplingParams(**greedy, repetition_penalty=1.3),
+        SamplingParams(**greedy, constraint=Constraint("regex", "[a-z ]{1,20}")),
+    ]
+
+
+def _generate(llm: met.LLM) -> list[tuple[list[int], str | None, list | None]]:
+    prompts = ([REPEAT, "Say hello in French.", "List three colours."] * 3)[:7]
+    ids = [llm.tokenizer.encode_chat([{"role": "user", "content": p}]) for p in prompts]
+    outs = llm.generate(prompt_token_ids=ids, sampling_params=_params())
+    return [(o.token_ids, o.finish_reason, o.outputs[0].logprobs) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def outputs(default_model_path) -> dict[str, tuple[list, met.LLM]]:
+    path = str(default_model_path)
+    out = {}
+    for mode in ("direct", "python"):
+        with pytest.MonkeyPatch.context() as patch:
+            if mode == "python":
+                patch.setattr(TorchBackend, "for_scheduler", lambda self: self)
+            llm = met.LLM(model=path, speculative="ngram-forced")
+            out[mode] = (_generate(llm), llm)
+    return out
+
+
+def test_every_output_is_the_python_backends(outputs) -> None:
+    direct, python = outputs["direct"][0], outputs["python"][0]
+    assert direct == python
+    assert all(tokens for tokens, _, _ in direct)
+
+
+def test_greedy_steps_ran_direct_and_the_rest_through_python(outputs) -> None:
+    direct = outputs["direct"][1].engine
+    assert direct.scheduler_backend is not direct.backend
+    assert direct.scheduler.spec_stats().verify_steps > 0
+    assert direct.scheduler_backend.direct_steps > 0
+    assert direct.scheduler_backend.device_steps > 0
+    python = outputs["python"][1].engine
+    assert python.scheduler_backend is python.backend
+
+
+def test_a_greedy_request_alone_runs_every_step_after_its_prefill_direct(outputs) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    tokens = {}
+    for mode, (_, llm) in outputs.items():
+        backend = llm.engine.scheduler_backend
+        ids = llm.tokenizer.encode_chat([{"role": "user", "content": REPEAT}])
+        if mode == "direct":
+            before = (backend.direct_steps, backend.device_steps)
+        tokens[mode] = llm.generate(prompt_token_ids=[ids], sampling_params=params)[0].token_ids
+    assert tokens["direct"] == tokens["python"] and len(tokens["direct"]) == 32
+    backend = outputs["direct"][1].engine.scheduler_backend
+    assert backend.device_steps - before[1] == 1  # the prompt's one prefill
+    assert backend.direct_steps - before[0] > 0
