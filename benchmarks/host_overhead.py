@@ -3,7 +3,10 @@ forward (scheduler tick, the Python backend's packing and bookkeeping, greedy re
 
 Steps met's engine by hand on the default model (GGUF weights, the C++ CPU forward), `--batch`
 greedy requests at once, and compares each decode step's wall time with the time the C++ forward
-reports for it. Prints medians and the overall share; --json FILE writes them. Never asserts.
+reports for it. Each run measures both paths a greedy decode step can take, interleaved: `direct`
+(the scheduler runs the C++ forward itself, DirectForward) and `python` (every step through the
+Python TorchBackend, as before DirectForward). Prints medians and the overall share; --json FILE
+writes them. Never asserts.
 
     .venv/bin/python benchmarks/host_overhead.py [--model FILE] [--batch 1,32] [--tokens 128]
 """
@@ -14,14 +17,25 @@ import argparse
 import json
 import statistics
 import time
+from unittest import mock
 
 import met
+from met.engine.torch_backend import TorchBackend
 from met.model.cpu_llama import CpuLlama
 from met.sampling import SamplingParams
 
+PATHS = ("direct", "python")
 
-def measure(model: str | None, tokens: int, prompt_len: int, batch: int) -> dict[str, float]:
-    llm = met.LLM(model=model, max_num_seqs=batch)
+
+def _llm(model: str | None, batch: int, path: str) -> met.LLM:
+    if path == "direct":
+        return met.LLM(model=model, max_num_seqs=batch)
+    with mock.patch.object(TorchBackend, "for_scheduler", lambda self: self):
+        return met.LLM(model=model, max_num_seqs=batch)
+
+
+def measure(model: str | None, tokens: int, prompt_len: int, batch: int, path: str) -> dict:
+    llm = _llm(model, batch, path)
     engine = llm.engine
     forward = engine.backend.model
     if not isinstance(forward, CpuLlama):
@@ -47,6 +61,7 @@ def measure(model: str | None, tokens: int, prompt_len: int, batch: int) -> dict
     decode_wall = sum(w for w, _ in pairs)
     decode_kernel = sum(k for _, k in pairs)
     return {
+        "path": path,
         "decode_steps": len(pairs),
         "step_ms_median": 1e3 * statistics.median(w for w, _ in pairs),
         "forward_ms_median": 1e3 * statistics.median(k for _, k in pairs),
@@ -59,11 +74,12 @@ def measure(model: str | None, tokens: int, prompt_len: int, batch: int) -> dict
 
 def report(batch: int, runs: list[dict[str, float]]) -> None:
     print(f"batch-{batch} decode, {runs[0]['decode_steps']} steps, {runs[0]['threads']} threads")
-    header = ("run", "step ms", "forward ms", "host ms", "host share", "tok/s")
-    print("{:>4} {:>8} {:>10} {:>8} {:>10} {:>7}".format(*header))
+    header = ("run", "path", "step ms", "forward ms", "host ms", "host share", "tok/s")
+    print("{:>4} {:>7} {:>8} {:>10} {:>8} {:>10} {:>7}".format(*header))
     for i, r in enumerate(runs):
         print(
-            f"{i:>4} {r['step_ms_median']:>8.3f} {r['forward_ms_median']:>10.3f} "
+            f"{i // len(PATHS):>4} {r['path']:>7} {r['step_ms_median']:>8.3f} "
+            f"{r['forward_ms_median']:>10.3f} "
             f"{r['host_ms_median']:>8.3f} {100 * r['host_share']:>9.2f}% {r['tokens_per_s']:>7.1f}"
         )
 
@@ -79,7 +95,11 @@ def main() -> None:
     args = parser.parse_args()
     out = {}
     for batch in map(int, args.batch.split(",")):
-        runs = [measure(args.model, args.tokens, args.prompt_len, batch) for _ in range(args.runs)]
+        runs = [
+            measure(args.model, args.tokens, args.prompt_len, batch, path)
+            for _ in range(args.runs)
+            for path in PATHS
+        ]
         report(batch, runs)
         out[batch] = runs
     if args.json:
