@@ -157,10 +157,11 @@ def test_metrics_by_api_and_one_registry_per_app() -> None:
 
 
 def test_metrics_engine_gauges_read_at_scrape_time() -> None:
-    stats = EngineStats(num_running=2, kv_blocks_used=3, kv_blocks_total=12)
+    stats = EngineStats(num_running=2, kv_blocks_used=3, kv_blocks_total=12, preemptions=5)
     samples = _samples(ServerMetrics(lambda: (stats, True)))
     assert samples[("met_ready", ())] == 1 and samples[("met_num_requests_running", ())] == 2
     assert samples[("met_kv_cache_usage_ratio", ())] == 0.25
+    assert samples[("met_num_preemptions_total", ())] == 5
 
 
 def test_metrics_for_routers_per_model_and_prefix_counters() -> None:

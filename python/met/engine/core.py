@@ -308,6 +308,7 @@ class EngineCore:
             prefix_cache_queried_tokens=self.blocks.prefix_queried_tokens(),
             prefix_cache_hit_tokens=self.blocks.prefix_hit_tokens(),
             generated_tokens_total=self.generated_tokens_total,
+            preemptions=sched.preemptions,
             requests=requests,
             speculation=self._spec_stats(),
         )

@@ -46,6 +46,7 @@ class EngineStats:
     prefix_cache_queried_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
     generated_tokens_total: int = 0
+    preemptions: int = 0  # sequences requeued because the KV pool ran out, since the start
     requests: list[dict] = field(default_factory=list)  # id, state, prompt/generated tokens, age
     speculation: SpecStats | None = None  # None: speculation off
 

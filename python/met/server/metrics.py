@@ -109,6 +109,11 @@ class _EngineCollector(Collector):
             "Prompt tokens found in the prefix cache.",
             value=stats.prefix_cache_hit_tokens,
         )
+        yield CounterMetricFamily(
+            "met_num_preemptions",
+            "Sequences preempted (requeued, prefilled again later) because the KV pool ran out.",
+            value=stats.preemptions,
+        )
         if stats.speculation is not None:
             yield from _spec_metrics(stats.speculation)
         if self.models is not None:

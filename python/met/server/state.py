@@ -29,6 +29,7 @@ _SUMMED = (
     "prefix_cache_queried_tokens",
     "prefix_cache_hit_tokens",
     "generated_tokens_total",
+    "preemptions",
 )
 
 
