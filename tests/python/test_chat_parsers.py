@@ -211,6 +211,46 @@ def test_parser_fixture(fmt: str, text: str, content: str, calls: list, size: in
     assert len({c.id for c in result.tool_calls}) == len(calls)
 
 
+# A forced call (tool_choice required / named) cut short by max_tokens: (format, output, calls).
+CUT_FORCED = [
+    (
+        "generic",
+        '{"tool_call": {"name": "get_weather", "arguments": {"city": "Par',
+        [("get_weather", '{"city": "Par')],
+    ),
+    (
+        "generic",
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Rome", "days": 2}}, '
+        '{"name": "get_weather", "arguments": {"ci',
+        [("get_weather", TWO), ("get_weather", '{"ci')],
+    ),
+    ("generic", '{"tool_call": {"na', []),
+    (
+        "hermes",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}',
+        [("get_weather", PARIS)],
+    ),
+    (
+        "qwen3_coder",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n2",
+        [("get_weather", PARIS)],
+    ),
+    ("qwen3_coder", "<tool_call>\n<function=get_wea", []),
+]
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, -1], ids=["whole", "1tok", "5tok", "char"])
+@pytest.mark.parametrize(("fmt", "text", "calls"), CUT_FORCED)
+def test_a_forced_call_cut_short_is_the_call_it_began_never_content(
+    fmt: str, text: str, calls: list, size: int
+) -> None:
+    parser = ChoiceParser(TOOL_PARSERS[fmt]([WEATHER], forced=True))
+    result = run(parser, chunks(text, size))
+    assert result.content == ""
+    assert [(c.name, c.arguments) for c in result.tool_calls] == calls
+
+
 def test_call_start_comes_before_its_arguments_with_the_whole_name() -> None:
     parser = TOOL_PARSERS["hermes"]([WEATHER])
     events = []

@@ -120,6 +120,26 @@ def test_stream_matches_non_stream_for_a_greedy_forced_call(client) -> None:
     ]
 
 
+def test_a_forced_call_cut_by_max_tokens_is_a_partial_call_never_content(client) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    args = dict(model="met-tools", messages=ASK, tools=TOOLS, tool_choice=named, temperature=0)
+    whole = client.chat.completions.create(**args, max_tokens=64).choices[0].message.tool_calls
+    out = client.chat.completions.create(**args, max_tokens=22).choices[0]
+    assert out.finish_reason == "length" and out.message.content is None
+    (call,) = out.message.tool_calls
+    assert call.function.name == "get_weather" and len(call.id) >= 9
+    # The arguments written before the limit: the start of the whole call's.
+    assert call.function.arguments and whole[0].function.arguments.startswith(
+        call.function.arguments
+    )
+    json.loads(whole[0].function.arguments)
+    chunks = list(client.chat.completions.create(**args, max_tokens=22, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert not any(d.content for d in deltas)
+    streamed = "".join(t.function.arguments or "" for d in deltas for t in d.tool_calls or [])
+    assert streamed == call.function.arguments
+
+
 def test_none_never_calls(client) -> None:
     out = client.chat.completions.create(
         model="met-tools", messages=ASK, tools=TOOLS, tool_choice="none", **GREEDY

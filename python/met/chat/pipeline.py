@@ -55,11 +55,13 @@ class PreparedChat:
     tool_format: str  # the parser this request's output goes through ("none": plain text)
     starts_thinking: bool  # the prompt ends inside an open think block
     max_calls: int | None
+    forced: bool = False  # the grammar forces calls (tool_choice required or a named function)
 
     def parser(self) -> ChoiceParser | HarmonyParser:
         if self.setup.tool_format == HARMONY:
             return HarmonyParser(self.max_calls)
-        tools = TOOL_PARSERS.get(self.tool_format, NoTools)(self.request.tools, self.max_calls)
+        parser = TOOL_PARSERS.get(self.tool_format, NoTools)
+        tools = parser(self.request.tools, self.max_calls, forced=self.forced)
         reasoning = None
         if self.setup.reasoning is not None:
             tags = REASONING_TAGS[self.setup.reasoning]
@@ -116,6 +118,7 @@ def prepare(state: ServedModel, request: ChatRequest) -> PreparedChat:
         plan.fmt,
         thinking is not None and thinking.opened,
         None if request.parallel_tool_calls else 1,
+        plan.forced,
     )
 
 

@@ -4,13 +4,18 @@ A tool parser passes content through as it comes and holds back only what could 
 to be the start of a call (a suffix that is a prefix of an opener, and trailing whitespace, which
 is dropped when it only surrounds calls). A call is reported once its block is complete and
 parses: the start (id and whole name) and then its arguments, so a block that does not parse can
-still be returned as the text it was (logged), never half a call.
+still be returned as the text it was (logged), never half a call. A forced call (tool_choice
+required or a named function) cut short by a limit is the exception: the grammar made the
+output a call, so it is reported as the call it had begun (its whole name and the arguments
+written so far, as OpenAI returns a call cut by max_tokens), or dropped while it has no name yet;
+never as content.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 
@@ -53,6 +58,22 @@ def arguments_text(value: object) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def partial_json_call(text: str) -> ParsedCall | None:
+    """The call a JSON call object cut short had begun (in any wrapper): its name once that is
+    complete, and the text of its arguments so far (up to their end, if they are complete)."""
+    name = _NAME.search(text)
+    if name is None:
+        return None
+    start = _ARGUMENTS.search(text, name.end())
+    arguments = text[start.end() :] if start else ""
+    end = json_value_end(arguments, 0) if arguments.startswith("{") else None
+    return ParsedCall(json.loads(f'"{name.group(1)}"'), arguments[:end].rstrip())
+
+
 def json_value_end(text: str, start: int) -> int | None:
     """Index just past the JSON object/array opening at text[start], or None while it is open."""
     depth, in_string, escaped = 0, False, False
@@ -85,9 +106,15 @@ class ToolParser:
     # open where the output (or the text after the previous call) begins.
     at_start_only = False
 
-    def __init__(self, tools: list[ToolSpec] | None = None, max_calls: int | None = None) -> None:
+    def __init__(
+        self,
+        tools: list[ToolSpec] | None = None,
+        max_calls: int | None = None,
+        forced: bool = False,
+    ) -> None:
         self.tools = {t.name: t for t in tools or []}
         self.max_calls = max_calls
+        self.forced = forced  # the grammar made the output calls (tool_choice required / named)
         self.calls = 0
         self._buf = ""
         self._in_block = False
@@ -113,6 +140,10 @@ class ToolParser:
         found = [i for i in (text.find(o) for o in self.openers) if i >= 0]
         return min(found) if found else None
 
+    def partial_call(self, block: str) -> ParsedCall | None:
+        """The call a block cut short had begun (formats whose calls are JSON objects)."""
+        return partial_json_call(block)
+
     def lead(self, text: str) -> str:
         """`text` without the layout that may come before a call (at_start_only formats)."""
         return text.lstrip()
@@ -137,7 +168,9 @@ class ToolParser:
         if self._in_block:  # cut short (end of text or a limit): parse it as it stands
             block, self._buf = self._buf, ""
             self._in_block = False
-            if self.calls and self.parse_block(block) is None:
+            if self.forced and self.parse_block(block) is None:
+                events += self.cut_call(block)
+            elif self.calls and self.parse_block(block) is None:
                 # After complete calls, a call cut short is the limit's doing, not an answer.
                 log.warning("%s: a call cut short was dropped: %r", self.name, block)
             else:
@@ -146,6 +179,16 @@ class ToolParser:
         if rest and not (self.calls and not rest.strip()):
             events.append(TextDelta(rest))
         return events
+
+    def cut_call(self, text: str) -> list[ChatEvent]:
+        """A forced call cut short: the call it had begun, or nothing while it has no name."""
+        call = self.partial_call(text)
+        if call is None:
+            log.warning(
+                "%s: a forced call cut short before its name was dropped: %r", self.name, text
+            )
+            return []
+        return self._emit_calls([call])
 
     def _open_block(self, events: list[ChatEvent]) -> bool:
         """Emit the content before the next opener; True when a block now starts the buffer."""

@@ -69,7 +69,9 @@ class GenericParser(ToolParser):
         if self._mode == "answer" and rest:  # cut short: what is left, as written
             events.append(TextDelta(rest))
         elif self._mode == "list" and rest.strip():
-            if self.calls:
+            if self.forced:
+                events += self.cut_call(rest)
+            elif self.calls:
                 log.warning("generic: a call cut short was dropped: %r", rest)
             else:
                 events.append(TextDelta(self._opener + rest))

@@ -46,6 +46,7 @@ class HermesParser(_Tagged):
 
 
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.S)
+_FUNCTION_OPEN = re.compile(r"<function=([^>\n]+)>")
 _PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
 
 
@@ -56,14 +57,22 @@ class Qwen3CoderParser(_Tagged):
         match = _FUNCTION.fullmatch(self.body(block))
         if match is None:
             return None
-        name = match.group(1).strip()
+        return [self._call(match.group(1), match.group(2))]
+
+    def partial_call(self, block: str) -> ParsedCall | None:
+        """A call cut short: its name and the parameters it had closed."""
+        head = _FUNCTION_OPEN.search(block)
+        return None if head is None else self._call(head.group(1), block[head.end() :])
+
+    def _call(self, name: str, parameters: str) -> ParsedCall:
+        name = name.strip()
         spec = self.tools.get(name)
         properties = (spec.parameters.get("properties") or {}) if spec else {}
         arguments = {
             key.strip(): _typed(value, properties.get(key.strip()))
-            for key, value in _PARAMETER.findall(match.group(2))
+            for key, value in _PARAMETER.findall(parameters)
         }
-        return [ParsedCall(name, json.dumps(arguments, ensure_ascii=False))]
+        return ParsedCall(name, json.dumps(arguments, ensure_ascii=False))
 
 
 def _typed(text: str, schema: object) -> object:
