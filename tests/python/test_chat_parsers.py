@@ -222,7 +222,12 @@ CUT_FORCED = [
         "generic",
         '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Rome", "days": 2}}, '
         '{"name": "get_weather", "arguments": {"ci',
-        [("get_weather", TWO), ("get_weather", '{"ci')],
+        [("get_weather", TWO)],  # after a complete call, the cut one is dropped
+    ),
+    (
+        "generic",
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"ci',
+        [("get_weather", '{"ci')],
     ),
     ("generic", '{"tool_call": {"na', []),
     (

@@ -6,9 +6,9 @@ is dropped when it only surrounds calls). A call is reported once its block is c
 parses: the start (id and whole name) and then its arguments, so a block that does not parse can
 still be returned as the text it was (logged), never half a call. A forced call (tool_choice
 required or a named function) cut short by a limit is the exception: the grammar made the
-output a call, so it is reported as the call it had begun (its whole name and the arguments
-written so far, as OpenAI returns a call cut by max_tokens), or dropped while it has no name yet;
-never as content.
+output a call, so when it is the first it is reported as the call it had begun (its whole name and
+the arguments written so far, as OpenAI returns a call cut by max_tokens), or dropped while it
+has no name yet; never as content. After complete calls, a call cut short is dropped (logged).
 """
 
 from __future__ import annotations
@@ -168,11 +168,11 @@ class ToolParser:
         if self._in_block:  # cut short (end of text or a limit): parse it as it stands
             block, self._buf = self._buf, ""
             self._in_block = False
-            if self.forced and self.parse_block(block) is None:
-                events += self.cut_call(block)
-            elif self.calls and self.parse_block(block) is None:
+            if self.calls and self.parse_block(block) is None:
                 # After complete calls, a call cut short is the limit's doing, not an answer.
                 log.warning("%s: a call cut short was dropped: %r", self.name, block)
+            elif self.forced and self.parse_block(block) is None:
+                events += self.cut_call(block)
             else:
                 events += self._block_events(block)
         rest, self._buf = self._buf, ""

@@ -69,10 +69,10 @@ class GenericParser(ToolParser):
         if self._mode == "answer" and rest:  # cut short: what is left, as written
             events.append(TextDelta(rest))
         elif self._mode == "list" and rest.strip():
-            if self.forced:
-                events += self.cut_call(rest)
-            elif self.calls:
+            if self.calls:
                 log.warning("generic: a call cut short was dropped: %r", rest)
+            elif self.forced:
+                events += self.cut_call(rest)
             else:
                 events.append(TextDelta(self._opener + rest))
         return events + super().finish()
