@@ -8,6 +8,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
+
 namespace py = pybind11;
 
 namespace met::bindings {
@@ -55,6 +57,13 @@ class PyBackend : public Backend {
   std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) override {
     PYBIND11_OVERRIDE_PURE(std::vector<SampledToken>, Backend, sample_rows, rows);
   }
+  // The logits' address as an int: the Python side views it without a copy.
+  std::vector<SampledToken> sample_logits(const float* logits, int64_t n_logits, int64_t vocab,
+                                          const std::vector<SampleRow>& rows) override {
+    PYBIND11_OVERRIDE_IMPL(std::vector<SampledToken>, Backend, "sample_logits",
+                           reinterpret_cast<uintptr_t>(logits), n_logits, vocab, rows);
+    return Backend::sample_logits(logits, n_logits, vocab, rows);
+  }
 
   void join_streams(int32_t event, int32_t recorded, int32_t waiting) override {
     PYBIND11_OVERRIDE(void, Backend, join_streams, event, recorded, waiting);
@@ -94,7 +103,8 @@ void bind_plan(py::module_& m) {
       .def_readonly("call", &StepPlan::call)
       .def_readonly("stream", &StepPlan::stream)
       .def_readonly("rows", &StepPlan::rows)
-      .def_readonly("argmax", &StepPlan::argmax);
+      .def_readonly("argmax", &StepPlan::argmax)
+      .def_readonly("grammar", &StepPlan::grammar);
   py::class_<DeviceInfo>(m, "DeviceInfo")
       .def(py::init([](int32_t vocab, int32_t block_size, int32_t total_blocks, bool streams,
                        int32_t prefill_stream, int32_t prefill_event) {

@@ -142,7 +142,7 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
 }
 
 // The C++ forward of a model without recurrent layers as the core's RowForward: its logits stay
-// in a buffer of its own, which only the argmax reads.
+// in a buffer of its own, which the host sampler reads in place when a row is sampled.
 class CpuRowForward : public RowForward {
  public:
   explicit CpuRowForward(cpu::LlamaForward& forward) : forward_(forward) {}
@@ -159,6 +159,8 @@ class CpuRowForward : public RowForward {
     const std::vector<int64_t>& argmax = forward_.argmax();
     return {argmax.begin(), argmax.end()};
   }
+  const float* logits() const override { return logits_.data(); }
+  int64_t vocab() const override { return forward_.vocab(); }
 
  private:
   cpu::LlamaForward& forward_;
@@ -224,8 +226,9 @@ void bind_cpu_model(py::module_& m) {
   // keep_alive: the DirectForward holds both by reference.
   py::class_<CpuDirectForward, Backend>(
       cpu, "DirectForward",
-      "the scheduler's backend for a model on this forward: greedy decode and verify steps run "
-      "the forward from C++, every other call goes to the wrapped backend")
+      "the scheduler's backend for a model on this forward: decode and verify steps without a "
+      "grammar row run the forward from C++ (their sampling comes back to the wrapped "
+      "backend's sample_logits), every other call goes to the wrapped backend")
       .def(py::init<Backend&, cpu::LlamaForward&>(), py::arg("device"), py::arg("forward"),
            py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
       .def_property_readonly("direct_steps", &DirectForward::direct_steps)

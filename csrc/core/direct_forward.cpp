@@ -3,13 +3,14 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace met {
 
-// Only a plan whose readback is its argmax can skip the backend: any other leaves logits for the
-// host to sample, and prefill rows may carry host work of their own (prompt scoring).
+// A grammar row's masks are computed by the device backend while its forward runs, and prefill
+// rows may carry host work of their own (prompt scoring): those plans go to the backend.
 bool DirectForward::takes(const StepPlan& plan) {
-  if (!plan.argmax) return false;
+  if (plan.grammar) return false;
   for (const PlanRow& row : plan.rows) {
     if (row.kind == RowKind::PrefillChunk) return false;
   }
@@ -25,7 +26,7 @@ std::vector<int32_t> DirectForward::execute(const StepPlan& plan) {
   argmax_ = forward_.argmax_rows(plan);
   last_direct_ = true;
   ++direct_steps_;
-  return argmax_;
+  return plan.argmax ? argmax_ : std::vector<int32_t>{};
 }
 
 int32_t DirectForward::argmax_on_device(int32_t row, int32_t stream) {
@@ -43,10 +44,9 @@ std::vector<int32_t> DirectForward::argmax_batch(int32_t row, int32_t n, int32_t
 }
 
 std::vector<SampledToken> DirectForward::sample_rows(const std::vector<SampleRow>& rows) {
-  if (last_direct_) {
-    throw std::logic_error("DirectForward: host sampling after a step whose logits stayed in C++");
-  }
-  return device_.sample_rows(rows);
+  if (!last_direct_) return device_.sample_rows(rows);
+  return device_.sample_logits(forward_.logits(), static_cast<int64_t>(argmax_.size()),
+                               forward_.vocab(), rows);
 }
 
 }  // namespace met

@@ -73,6 +73,7 @@ std::vector<int32_t> EffectApplier::launch(const LaunchDecode& fx) {
     plan.rows.push_back(decode_row(*fx.seqs[i], fx.tokens[i]));
   }
   plan.argmax = fx.readback == Readback::Argmax;
+  plan.grammar = fx.grammar;
   std::vector<int32_t> argmax = backend_.execute(plan);
   if (hooks_ == nullptr) return argmax;
   const auto n = static_cast<int32_t>(fx.seqs.size());

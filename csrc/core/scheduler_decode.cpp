@@ -20,6 +20,7 @@ class PlainDecode : public DecodeStrategy {
         launch.tokens.push_back(row->pending);
       }
       launch.readback = sched.readback_plan(rows);
+      launch.grammar = Scheduler::any_grammar(rows);
       std::vector<int32_t> argmax;
       try {
         argmax = sched.effects().apply(launch);
@@ -70,6 +71,11 @@ std::vector<Live*> Scheduler::decode_rows() {
     if (!l->finished) rows.push_back(l.get());
   }
   return rows;
+}
+
+bool Scheduler::any_grammar(const std::vector<Live*>& rows) {
+  return std::any_of(rows.begin(), rows.end(),
+                     [](const Live* row) { return row->req.params.constrained; });
 }
 
 Readback Scheduler::readback_plan(const std::vector<Live*>& rows) const {

@@ -215,6 +215,7 @@ class SpecDecode : public DecodeStrategy {
     const Readback readback = sched.readback_plan(rows);
     StepPlan plan{ReferenceCall::DecodeVerifyBatched, kDecodeStream, verify_rows(tokens, ks, seqs)};
     plan.argmax = readback == Readback::Argmax;
+    plan.grammar = Scheduler::any_grammar(rows);
     std::vector<int32_t> argmax;
     try {
       argmax = sched.backend().execute(plan);

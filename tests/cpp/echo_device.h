@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "met/backend.h"
@@ -60,9 +61,24 @@ class EchoDevice : public Backend {
     for (const SampleRow& r : rows) out.push_back(SampledToken{rows_.at(r.row), 0.0f, {}});
     return out;
   }
+  // Logits a DirectForward's RowForward wrote: each row's pick is its largest logit.
+  std::vector<SampledToken> sample_logits(const float* logits, int64_t n_logits, int64_t vocab,
+                                          const std::vector<SampleRow>& rows) override {
+    std::vector<SampledToken> out;
+    for (const SampleRow& r : rows) {
+      EXPECT_LT(r.row, n_logits);
+      const float* row = logits + r.row * vocab;
+      out.push_back(SampledToken{static_cast<int32_t>(std::max_element(row, row + vocab) - row),
+                                 0.0f,
+                                 {}});
+    }
+    sampled_logits += static_cast<int>(rows.size());
+    return out;
+  }
 
   std::vector<ReferenceCall> calls;
   int restores = 0;
+  int sampled_logits = 0;  // rows sampled through sample_logits
 
  private:
   int32_t block_size_;

@@ -1,6 +1,7 @@
-// DirectForward: greedy decode and verify plans run on the RowForward without reaching the
-// device backend, their readback comes from that forward's argmax, host sampling after one is
-// refused, and a scheduler over it gives the same outputs as over the device backend alone.
+// DirectForward: decode and verify plans without a grammar row run on the RowForward without
+// reaching the device backend's forward, their argmax readback comes from that forward, their
+// host sampling reaches the device backend with that forward's logits, and a scheduler over it
+// gives the same outputs as over the device backend alone.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -15,14 +16,25 @@
 namespace met {
 namespace {
 
-// The echo rule on the core's side of the boundary; counts the plans it ran.
+constexpr int64_t kVocab = 256;
+
+// The echo rule on the core's side of the boundary, as logits too (one-hot at the echo token);
+// counts the plans it ran.
 class EchoRows : public RowForward {
  public:
   std::vector<int32_t> argmax_rows(const StepPlan& plan) override {
     calls.push_back(plan.call);
-    return echo_rows(plan);
+    std::vector<int32_t> picks = echo_rows(plan);
+    logits_.assign(picks.size() * kVocab, 0.0f);
+    for (size_t i = 0; i < picks.size(); ++i) logits_[i * kVocab + picks[i]] = 1.0f;
+    return picks;
   }
+  const float* logits() const override { return logits_.data(); }
+  int64_t vocab() const override { return kVocab; }
   std::vector<ReferenceCall> calls;
+
+ private:
+  std::vector<float> logits_;
 };
 
 Sequence sequence(uint64_t id, int32_t blocks) {
@@ -48,22 +60,30 @@ TEST(DirectForward, AGreedyDecodeOrVerifyRunsOnTheRowForwardAndItsReadbackComesF
   EXPECT_EQ(direct.argmax_batch(1, 2, 0), (std::vector<int32_t>{32, 33}));
   EXPECT_EQ(direct.argmax_on_device(0, 0), 31);
   EXPECT_THROW(direct.argmax_batch(2, 2, 0), std::out_of_range);
-  EXPECT_THROW(direct.sample_rows({SampleRow{}}), std::logic_error);
+  SampleRow second;
+  second.row = 1;
+  EXPECT_EQ(direct.sample_rows({second}).at(0).token, 32);  // sampled from the direct logits
+  EXPECT_EQ(device.sampled_logits, 1);
+  StepPlan sampled{ReferenceCall::DecodeBatch, 0, {decode_row(b, 40)}};  // no argmax readback
+  EXPECT_TRUE(direct.execute(sampled).empty());
+  EXPECT_EQ(direct.sample_rows({SampleRow{}}).at(0).token, 41);
   EXPECT_TRUE(device.calls.empty());
-  EXPECT_EQ(rows.calls.size(), 2u);
-  EXPECT_EQ(direct.direct_steps(), 2);
+  EXPECT_EQ(rows.calls.size(), 3u);
+  EXPECT_EQ(direct.direct_steps(), 3);
   EXPECT_EQ(direct.device_steps(), 0);
 }
 
-TEST(DirectForward, PlansThatLeaveLogitsForTheHostGoToTheDevice) {
+TEST(DirectForward, GrammarAndPrefillPlansGoToTheDevice) {
   EchoDevice device(4);
   EchoRows rows;
   DirectForward direct(device, rows);
   Sequence a = sequence(1, 2);
-  StepPlan sampled{ReferenceCall::DecodeBatch, 0, {decode_row(a, 10)}};  // no argmax readback
-  EXPECT_TRUE(direct.execute(sampled).empty());
+  StepPlan masked{ReferenceCall::DecodeBatch, 0, {decode_row(a, 10)}};
+  masked.grammar = true;  // its masks are the device backend's work
+  EXPECT_TRUE(direct.execute(masked).empty());
   SampleRow row;
   EXPECT_EQ(direct.sample_rows({row}).at(0).token, 11);
+  EXPECT_EQ(device.sampled_logits, 0);
   const std::vector<int32_t> prompt = {7, 8, 9};
   StepPlan prefill{ReferenceCall::Prefill, 0, {prefill_row(a, prompt, 0, 3, true)}};
   prefill.argmax = true;  // even asked for its argmax, a prefill row stays with the device
@@ -93,9 +113,12 @@ std::vector<std::vector<int32_t>> serve(Backend& backend, BlockManager& blocks) 
   // A repeating prompt, so the n-gram proposer drafts and verify steps run.
   sched.add_request(request(0, {1, 2, 3, 1, 2, 3, 1, 2}, 12, 0.0f));
   sched.add_request(request(1, {5, 6, 7}, 9, 0.0f));
-  sched.add_request(request(2, {9, 9, 9, 9, 9}, 7, 0.8f));  // sampled: read on the host
+  sched.add_request(request(2, {9, 9, 9, 9, 9}, 7, 0.8f));  // sampled on the host
+  Request masked = request(3, {4, 4, 4}, 5, 0.0f);
+  masked.params.constrained = true;  // a grammar row: its steps stay with the device backend
+  sched.add_request(std::move(masked));
   sched.close_inbox();
-  std::vector<std::vector<int32_t>> out(3);
+  std::vector<std::vector<int32_t>> out(4);
   for (int32_t tick = 1; tick < 300 && !sched.tick(tick).shutdown; ++tick) {
     for (ClientEvent& e : sched.take_events()) {
       if (e.kind == ClientEvent::Kind::Done) out.at(e.request_id) = e.output;
@@ -115,7 +138,8 @@ TEST(DirectForwardScheduler, OutputsAreTheDeviceBackendsAndNoBlockIsLeft) {
   EXPECT_EQ(got, expected);
   EXPECT_EQ(got.at(1).size(), 9u);
   EXPECT_GT(direct.direct_steps(), 0);
-  EXPECT_GT(direct.device_steps(), 0);  // the prefills, and the steps with the sampled request
+  EXPECT_GT(direct.device_steps(), 0);  // the prefills, and the steps with the grammar request
+  EXPECT_GT(device.sampled_logits, 0);  // the sampled request's direct steps
   EXPECT_EQ(direct_blocks.num_free_blocks(), 64);
   direct_blocks.check_invariants();
 }

@@ -1,7 +1,7 @@
-"""The scheduler runs greedy decode and verify steps on the C++ CPU forward itself (DirectForward):
-every output, greedy, speculative, sampled, penalised, constrained or with logprobs, is token for
-token the one the Python backend gives when every step goes through it, and the direct steps do
-happen."""
+"""The scheduler runs decode and verify steps without a grammar row on the C++ CPU forward itself
+(DirectForward; a sampled row's logits go to the Python sampler in place): every output, greedy,
+speculative, sampled, penalised, constrained or with logprobs, is token for token the one the
+Python backend gives when every step goes through it, and the direct steps do happen."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ REPEAT = "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick
 
 def _params() -> list[SamplingParams]:
     greedy = {"temperature": 0.0, "max_tokens": 24}
-    # The first two outlast the rest, whose rows take every step they share to the Python side.
+    # The first two outlast the rest; the grammar row takes every step it shares to Python.
     return [
         SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True),
         SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True),
@@ -66,16 +66,25 @@ def test_greedy_steps_ran_direct_and_the_rest_through_python(outputs) -> None:
     assert python.scheduler_backend is python.backend
 
 
-def test_a_greedy_request_alone_runs_every_step_after_its_prefill_direct(outputs) -> None:
-    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
-    tokens = {}
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True),
+        SamplingParams(temperature=0.9, top_p=0.9, seed=11, max_tokens=32, ignore_eos=True),
+        SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, logprobs=3),
+    ],
+    ids=["greedy", "sampled", "logprobs"],
+)
+def test_a_request_alone_runs_every_step_after_its_prefill_direct(outputs, params) -> None:
+    got = {}
     for mode, (_, llm) in outputs.items():
         backend = llm.engine.scheduler_backend
         ids = llm.tokenizer.encode_chat([{"role": "user", "content": REPEAT}])
         if mode == "direct":
             before = (backend.direct_steps, backend.device_steps)
-        tokens[mode] = llm.generate(prompt_token_ids=[ids], sampling_params=params)[0].token_ids
-    assert tokens["direct"] == tokens["python"] and len(tokens["direct"]) == 32
+        out = llm.generate(prompt_token_ids=[ids], sampling_params=params)[0]
+        got[mode] = (out.token_ids, out.outputs[0].logprobs)
+    assert got["direct"] == got["python"] and len(got["direct"][0]) == 32
     backend = outputs["direct"][1].engine.scheduler_backend
     assert backend.device_steps - before[1] == 1  # the prompt's one prefill
     assert backend.direct_steps - before[0] > 0

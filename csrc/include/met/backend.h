@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "met/step_plan.h"
@@ -76,6 +77,14 @@ class Backend {
   virtual std::vector<int32_t> argmax_batch(int32_t row, int32_t n, int32_t stream) = 0;
   // Host sampling of rows of the last forward. Silent.
   virtual std::vector<SampledToken> sample_rows(const std::vector<SampleRow>& rows) = 0;
+  // Host sampling of logits the core's own forward wrote (DirectForward): `n_logits` rows of
+  // `vocab` floats at `logits`, valid for this call only. Silent. The default refuses: only a
+  // backend built to run beside a DirectForward can take them.
+  virtual std::vector<SampledToken> sample_logits(const float* /*logits*/, int64_t /*n_logits*/,
+                                                  int64_t /*vocab*/,
+                                                  const std::vector<SampleRow>& /*rows*/) {
+    throw std::logic_error("this backend samples only the logits of its own forwards");
+  }
 
   // --- streams (only with DeviceInfo::streams) and shutdown ---
   // `waiting` does not run past what `recorded` has queued so far (through `event`).

@@ -2,10 +2,10 @@
 // the device backend's language boundary (RowForward, DirectForward).
 // Called by: the scheduler, as its device backend (the KvLedger wraps it); every call it does not
 // take itself goes to the backend it wraps.
-// Invariants: a plan runs on the RowForward only when it wants nothing but every logits row's
-// argmax (plan.argmax, decode and verify rows only); the readback of such a step is answered
-// from that argmax, and host sampling after it is a logic_error (no host holds its logits). Every
-// other plan, and every sequence, stream and shutdown call, reaches the wrapped backend unchanged.
+// Invariants: every decode and verify plan without a grammar row runs on the RowForward; its
+// argmax readback is answered from that forward's argmax, and its host sampling goes to the
+// wrapped backend with that forward's logits (sample_logits). Prefill plans, plans with a grammar
+// row, and every sequence, stream and shutdown call reach the wrapped backend unchanged.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,9 @@ class RowForward {
   virtual ~RowForward() = default;
   // Every logits row's argmax, the rows laid out as StepPlan says.
   virtual std::vector<int32_t> argmax_rows(const StepPlan& plan) = 0;
+  // The last run's logits rows, [rows, vocab()] floats, valid until the next run.
+  virtual const float* logits() const = 0;
+  virtual int64_t vocab() const = 0;
 };
 
 class DirectForward : public Backend {
@@ -41,7 +44,8 @@ class DirectForward : public Backend {
     device_.compact_sequence(seq, new_slot);
   }
 
-  // A greedy decode or verify plan runs on the RowForward; any other on the device backend.
+  // A decode or verify plan without a grammar row runs on the RowForward; any other on the
+  // device backend.
   std::vector<int32_t> execute(const StepPlan& plan) override;
   void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override {
     device_.commit_accepted_prefix(seq, na, k);

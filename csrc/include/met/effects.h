@@ -33,6 +33,7 @@ struct LaunchDecode {
   std::vector<Sequence*> seqs;
   std::vector<int32_t> tokens;
   Readback readback = Readback::Argmax;
+  bool grammar = false;  // StepPlan::grammar
 };
 
 // Who releases a sequence; printed in the fx line so traces show why a sequence went away.

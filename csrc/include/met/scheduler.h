@@ -157,6 +157,7 @@ class Scheduler {
   TraceHooks* hooks() { return hooks_; }
   EffectApplier& effects() { return fx_; }
   Readback readback_plan(const std::vector<Live*>& rows) const;
+  static bool any_grammar(const std::vector<Live*>& rows);  // StepPlan::grammar
   std::vector<SampledToken> read_rows(const std::vector<Live*>& rows, Readback plan,
                                       std::vector<int32_t> argmax);
   void accept_token(Live& live, const SampledToken& tok);

@@ -53,6 +53,9 @@ struct StepPlan {
   // step), so the step needs no second call for it; otherwise nothing comes back and the rows
   // are read with argmax_batch / sample_rows.
   bool argmax = false;
+  // A row samples under a grammar: the device backend computes its masks while the forward runs,
+  // so the plan must reach it (DirectForward passes it on).
+  bool grammar = false;
 };
 
 PlanRow prefill_row(Sequence& seq, const std::vector<int32_t>& prompt, int32_t start, int32_t len,

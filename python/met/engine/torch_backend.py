@@ -9,6 +9,7 @@ hybrid's checkpoints). Run it under a Scheduler built with the same block manage
 
 from __future__ import annotations
 
+import ctypes
 import math
 from contextlib import AbstractContextManager, nullcontext
 
@@ -102,8 +103,9 @@ class TorchBackend(_core.Backend):
 
     def for_scheduler(self) -> _core.Backend:
         """The backend the scheduler runs over: this one, or for a model on the C++ CPU forward a
-        DirectForward around it, which runs the greedy decode and verify steps (those that need
-        only each row's argmax) without a call back into Python."""
+        DirectForward around it, which runs the decode and verify steps without a grammar row
+        itself: a greedy one never calls back into Python, a sampled one only to sample
+        (sample_logits)."""
         forward = getattr(self.model, "direct_forward", None)
         return self if forward is None else _core.cpu.DirectForward(self, forward)
 
@@ -280,6 +282,19 @@ class TorchBackend(_core.Backend):
     def sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         with self._on(self._logits_stream):
             return self._sample_rows(rows)
+
+    def sample_logits(
+        self, address: int, n_logits: int, vocab: int, rows: list[_core.SampleRow]
+    ) -> list[_core.SampledToken]:
+        """Host sampling of the logits a DirectForward step wrote in C++ memory ([n_logits,
+        vocab] float32 at `address`, valid for this call only), viewed without a copy."""
+        view = (ctypes.c_float * (n_logits * vocab)).from_address(address)
+        self._logits = torch.frombuffer(view, dtype=torch.float32).view(n_logits, vocab)
+        self._greedy = None
+        try:
+            return self._sample_rows(rows)
+        finally:
+            self._logits = None  # the memory is the forward's again
 
     def _sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         self.masks.wait()  # the matchers are read below
