@@ -1,14 +1,15 @@
 """Host overhead of a decode step: how much of each engine step is spent outside the C++
-forward (scheduler tick, the Python backend's packing and bookkeeping, greedy readback).
+forward (scheduler tick, the Python backend's packing and bookkeeping, the readback or sampling).
 
 Steps met's engine by hand on the default model (GGUF weights, the C++ CPU forward), `--batch`
-greedy requests at once, and compares each decode step's wall time with the time the C++ forward
-reports for it. Each run measures both paths a greedy decode step can take, interleaved: `direct`
-(the scheduler runs the C++ forward itself, DirectForward) and `python` (every step through the
-Python TorchBackend, as before DirectForward). Prints medians and the overall share; --json FILE
-writes them. Never asserts.
+requests at once (greedy unless --temperature), and compares each decode step's wall time with
+the time the C++ forward reports for it. Each run measures both paths a decode step can take,
+interleaved: `direct` (the scheduler runs the C++ forward itself, DirectForward) and `python`
+(every step through the Python TorchBackend, as before DirectForward). Prints medians and the
+overall share; --json FILE writes them. Never asserts.
 
     .venv/bin/python benchmarks/host_overhead.py [--model FILE] [--batch 1,32] [--tokens 128]
+        [--temperature 0.8]   # sampled requests (seeded): each step samples on the host
 """
 
 from __future__ import annotations
@@ -34,16 +35,18 @@ def _llm(model: str | None, batch: int, path: str) -> met.LLM:
         return met.LLM(model=model, max_num_seqs=batch)
 
 
-def measure(model: str | None, tokens: int, prompt_len: int, batch: int, path: str) -> dict:
+def measure(
+    model: str | None, tokens: int, prompt_len: int, batch: int, path: str, temperature: float
+) -> dict:
     llm = _llm(model, batch, path)
     engine = llm.engine
     forward = engine.backend.model
     if not isinstance(forward, CpuLlama):
         raise SystemExit("the model does not run through the C++ CPU forward (not Q8_0/Q4_x?)")
-    greedy = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    params = SamplingParams(temperature=temperature, seed=1, max_tokens=tokens, ignore_eos=True)
     for r in range(batch):
         prompt = [100 + (i * 7919 + r * 131) % 1000 for i in range(prompt_len)]
-        engine.add_request(f"r{r}", prompt, greedy)
+        engine.add_request(f"r{r}", prompt, params)
     started_ids: set[str] = set()
     pairs, made = [], 0  # (wall, forward) of the steps that decoded every request, their tokens
     while engine.has_work():
@@ -91,12 +94,13 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--batch", default="1", help="comma-separated batch sizes")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     out = {}
     for batch in map(int, args.batch.split(",")):
         runs = [
-            measure(args.model, args.tokens, args.prompt_len, batch, path)
+            measure(args.model, args.tokens, args.prompt_len, batch, path, args.temperature)
             for _ in range(args.runs)
             for path in PATHS
         ]
