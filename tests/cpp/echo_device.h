@@ -68,9 +68,8 @@ class EchoDevice : public Backend {
     for (const SampleRow& r : rows) {
       EXPECT_LT(r.row, n_logits);
       const float* row = logits + r.row * vocab;
-      out.push_back(SampledToken{static_cast<int32_t>(std::max_element(row, row + vocab) - row),
-                                 0.0f,
-                                 {}});
+      const auto pick = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      out.push_back(SampledToken{pick, 0.0f, {}});
     }
     sampled_logits += static_cast<int>(rows.size());
     return out;
