@@ -1,4 +1,4 @@
-// The greedy decode and verify steps' shortcut past the device backend (met/direct_forward.h).
+// The decode and verify steps' shortcut past the device backend (met/direct_forward.h).
 #include "met/direct_forward.h"
 
 #include <stdexcept>

@@ -1,5 +1,5 @@
-// Owns: nothing; the shortcut by which the greedy decode and verify steps of a C++ forward skip
-// the device backend's language boundary (RowForward, DirectForward).
+// Owns: nothing; the shortcut by which the decode and verify steps of a C++ forward skip the
+// device backend's language boundary (RowForward, DirectForward).
 // Called by: the scheduler, as its device backend (the KvLedger wraps it); every call it does not
 // take itself goes to the backend it wraps.
 // Invariants: every decode and verify plan without a grammar row runs on the RowForward; its
