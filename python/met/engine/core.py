@@ -103,7 +103,7 @@ class EngineCore:
         self.backend = self._make_backend(kv_cache, num_blocks)
         self.pooler = pooler_for(self.config, self.model_path, self.model, kv_cache, self.blocks)
         # The scheduler owns the KV bookkeeping over the backend's forwards (C++ KvLedger); on
-        # the C++ CPU forward it runs greedy decode steps itself (DirectForward).
+        # the C++ CPU forward it runs decode steps itself (DirectForward).
         self.scheduler_backend = self.backend.for_scheduler()
         settings = self._scheduler_config()
         self.scheduler = _core.Scheduler(self.scheduler_backend, settings, self.blocks)

@@ -161,7 +161,7 @@ class CpuLlama:
 
     @property
     def direct_forward(self) -> _core.cpu.LlamaForward | None:
-        """The forward the scheduler may run its greedy decode and verify steps on itself (see
+        """The forward the scheduler may run its decode and verify steps on itself (see
         TorchBackend.for_scheduler); None with recurrent layers, whose state slots and
         checkpoints this class keeps."""
         return self._impl if self.cache.state is None else None
