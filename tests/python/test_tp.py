@@ -125,7 +125,9 @@ def test_serve_spawns_its_worker_and_exits_when_it_dies(
     server = start_server(*args)
     try:
         with server.http() as http:
-            reply = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+            # ignore_eos: an unseeded draw from the random model may end it early otherwise.
+            body = {"prompt": "hi", "max_tokens": 4, "ignore_eos": True}
+            reply = http.post("/v1/completions", json=body)
             assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 4
         (worker,) = _children(server.proc.pid)
         os.kill(worker, signal.SIGKILL)  # while idle: the heartbeat notices
