@@ -1,14 +1,17 @@
 // A device backend for the scheduler's tests that keeps no KV state (as the torch backend keeps
 // none): every logits row is answered with its input token + 1, and every row is checked to
-// arrive with its blocks and its history.
+// arrive with its blocks and its history; plus the requests and the run loop those tests share.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "met/backend.h"
+#include "met/scheduler.h"
 #include "met/step_plan.h"
 
 namespace met {
@@ -85,5 +88,35 @@ class EchoDevice : public Backend {
   int64_t next_slot_ = 0;
   std::vector<int32_t> rows_;
 };
+
+// A request that ignores EOS, so its output length is max_tokens.
+inline Request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens,
+                       float temperature = 0.0f) {
+  Request r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  r.params.temperature = temperature;
+  return r;
+}
+
+// Runs the scheduler to shutdown; returns its Done events.
+inline std::vector<ClientEvent> run(Scheduler& sched) {
+  sched.close_inbox();
+  std::vector<ClientEvent> done;
+  for (int tick = 1; tick < 300 && !sched.tick(tick).shutdown; ++tick) {
+    for (ClientEvent& e : sched.take_events()) {
+      if (e.kind == ClientEvent::Kind::Done) done.push_back(std::move(e));
+    }
+  }
+  return done;
+}
+
+inline std::vector<int32_t> counting(int32_t first, int32_t n) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(first + i);
+  return out;
+}
 
 }  // namespace met

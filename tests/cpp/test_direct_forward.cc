@@ -94,16 +94,6 @@ TEST(DirectForward, GrammarAndPrefillPlansGoToTheDevice) {
   EXPECT_EQ(direct.device_steps(), 2);
 }
 
-Request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens, float temperature) {
-  Request r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  r.params.temperature = temperature;
-  return r;
-}
-
 // Outputs by request id, run to shutdown.
 std::vector<std::vector<int32_t>> serve(Backend& backend, BlockManager& blocks) {
   SchedulerConfig cfg;
@@ -111,19 +101,14 @@ std::vector<std::vector<int32_t>> serve(Backend& backend, BlockManager& blocks) 
   cfg.spec.mode = SpecMode::NgramForced;
   Scheduler sched(backend, cfg, nullptr, nullptr, &blocks);
   // A repeating prompt, so the n-gram proposer drafts and verify steps run.
-  sched.add_request(request(0, {1, 2, 3, 1, 2, 3, 1, 2}, 12, 0.0f));
-  sched.add_request(request(1, {5, 6, 7}, 9, 0.0f));
+  sched.add_request(request(0, {1, 2, 3, 1, 2, 3, 1, 2}, 12));
+  sched.add_request(request(1, {5, 6, 7}, 9));
   sched.add_request(request(2, {9, 9, 9, 9, 9}, 7, 0.8f));  // sampled on the host
-  Request masked = request(3, {4, 4, 4}, 5, 0.0f);
+  Request masked = request(3, {4, 4, 4}, 5);
   masked.params.constrained = true;  // a grammar row: its steps stay with the device backend
   sched.add_request(std::move(masked));
-  sched.close_inbox();
   std::vector<std::vector<int32_t>> out(4);
-  for (int32_t tick = 1; tick < 300 && !sched.tick(tick).shutdown; ++tick) {
-    for (ClientEvent& e : sched.take_events()) {
-      if (e.kind == ClientEvent::Kind::Done) out.at(e.request_id) = e.output;
-    }
-  }
+  for (const ClientEvent& e : run(sched)) out.at(e.request_id) = e.output;
   EXPECT_GT(sched.spec_stats().verify_steps, 0);
   return out;
 }
@@ -152,21 +137,12 @@ TEST(DirectForwardScheduler, ExhaustionBeforeADirectDecodePreemptsAndOutputsStan
   EchoRows rows;
   DirectForward direct(device, rows);
   Scheduler sched(direct, SchedulerConfig{}, nullptr, nullptr, &blocks);
-  sched.add_request(request(1, {1, 2, 3, 4, 5}, 8, 0.0f));
-  sched.add_request(request(2, {30, 31, 32, 33, 34}, 8, 0.0f));
-  sched.close_inbox();
-  std::vector<ClientEvent> done;
-  for (int32_t tick = 1; tick < 200 && !sched.tick(tick).shutdown; ++tick) {
-    for (ClientEvent& e : sched.take_events()) {
-      if (e.kind == ClientEvent::Kind::Done) done.push_back(e);
-    }
-  }
+  sched.add_request(request(1, counting(1, 5), 8));
+  sched.add_request(request(2, counting(30, 5), 8));
+  const std::vector<ClientEvent> done = run(sched);
   ASSERT_EQ(done.size(), 2u);
   for (const ClientEvent& e : done) {
-    const int32_t first = e.request_id == 1 ? 6 : 35;
-    std::vector<int32_t> want;
-    for (int32_t i = 0; i < 8; ++i) want.push_back(first + i);
-    EXPECT_EQ(e.output, want) << "request " << e.request_id;
+    EXPECT_EQ(e.output, counting(e.request_id == 1 ? 6 : 35, 8)) << "request " << e.request_id;
   }
   EXPECT_EQ(sched.stats().preemptions, 1);
   EXPECT_GT(direct.direct_steps(), 0);

@@ -16,33 +16,6 @@
 namespace met {
 namespace {
 
-Request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
-  Request r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
-
-// Runs the scheduler to shutdown; returns its Done events.
-std::vector<ClientEvent> run(Scheduler& sched) {
-  sched.close_inbox();
-  std::vector<ClientEvent> done;
-  for (int tick = 1; tick < 200 && !sched.tick(tick).shutdown; ++tick) {
-    for (ClientEvent& e : sched.take_events()) {
-      if (e.kind == ClientEvent::Kind::Done) done.push_back(std::move(e));
-    }
-  }
-  return done;
-}
-
-std::vector<int32_t> counting(int32_t first, int32_t n) {
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < n; ++i) out.push_back(first + i);
-  return out;
-}
-
 TEST(KvLedger, AShortRowStopsThePlanBeforeTheDeviceAndAdvancesNothing) {
   BlockManager blocks(3, 4);
   EchoDevice device(4);
