@@ -79,17 +79,14 @@ def sample(logits: Tensor, rows: Sequence[SampleSpec]) -> list[SampledToken]:
     masked = [i for i, row in enumerate(rows) if row.mask is not None]
     if masked:
         apply_masks(logits, masked, [rows[i].mask for i in masked])
+    tokens = _pick(logits, rows).tolist()
+    out = [SampledToken(token, math.nan) for token in tokens]
     # Only the rows that asked for logprobs pay for them (the others report NaN, unread).
     wanted = [i for i, row in enumerate(rows) if row.params.top_logprobs >= 0]
-    logprobs = torch.log_softmax(logits[wanted], dim=-1) if wanted else None
-    where = {i: j for j, i in enumerate(wanted)}
-    tokens = _pick(logits, rows).tolist()
-    out = []
-    for i, row in enumerate(rows):
-        if i in where and logprobs is not None:
-            out.append(_result(logprobs[where[i]], tokens[i], row.params.top_logprobs))
-        else:
-            out.append(SampledToken(tokens[i], math.nan))
+    if wanted:
+        logprobs = torch.log_softmax(logits[wanted], dim=-1)
+        for j, i in enumerate(wanted):
+            out[i] = _result(logprobs[j], tokens[i], rows[i].params.top_logprobs)
     return out
 
 
