@@ -1,8 +1,9 @@
-// Owns: the counter-based noise of the sampling kernel, shared by the CUDA kernel and its CPU
-// reference so both draw the same token.
-// Called by: sampling.cu, reference/sampling_ref.cpp.
+// Owns: the counter-based noise of met's draw, shared by the CUDA kernel, its CPU reference and
+// the host draw (cpu/sampling.h) so all draw the same token.
+// Called by: sampling.cu, reference/kernel_refs.cpp, csrc/cpu/sampling.cpp.
 // Invariants: a pure function of (seed, step, token); no state, so a request replays the same
-// draws whatever else shares its batch. Returns u in (0, 1), never 0 or 1.
+// draws whatever else shares its batch. Returns u in (0, 1), never 0 or 1, so the Gumbel noise
+// -log(-log(u)) is finite: at most 16.7 (u = 1 - 2^-24), at least -2.9.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,8 @@
 
 namespace met::kernels {
 
+constexpr int kSampleBits = 23;  // bits + 1/2 is exact in a float below 2^23: u stays below 1
+
 MET_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   // splitmix64's finaliser: every input bit flips each output bit with probability ~1/2.
   x ^= x >> 30;
@@ -25,11 +28,24 @@ MET_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
+// What a row's draws share: the noise of one (seed, step), computed once per row.
+MET_HOST_DEVICE inline uint64_t sample_row_key(uint64_t seed, uint64_t step) {
+  return mix64(seed * 0x9E3779B97F4A7C15ull + step);
+}
+
+// kSampleBits random bits for `token` in the row keyed `row_key`.
+MET_HOST_DEVICE inline uint32_t sample_bits(uint64_t row_key, uint32_t token) {
+  const uint64_t x = mix64(row_key ^ (static_cast<uint64_t>(token) * 0xD1B54A32D192ED03ull + 1));
+  return static_cast<uint32_t>(x >> (64 - kSampleBits));
+}
+
+// The bits centred in their bucket: exactly representable, strictly inside (0, 1).
+MET_HOST_DEVICE inline float uniform_of(uint32_t bits) {
+  return (static_cast<float>(bits) + 0.5f) * (1.0f / static_cast<float>(1u << kSampleBits));
+}
+
 MET_HOST_DEVICE inline float sample_uniform(uint64_t seed, uint64_t step, uint32_t token) {
-  uint64_t x = mix64(seed * 0x9E3779B97F4A7C15ull + step);
-  x = mix64(x ^ (static_cast<uint64_t>(token) * 0xD1B54A32D192ED03ull + 1));
-  // 24 random bits centred in their bucket: exactly representable, strictly inside (0, 1).
-  return (static_cast<float>(x >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  return uniform_of(sample_bits(sample_row_key(seed, step), token));
 }
 
 // The orderable image of a float: a < b as floats iff key(a) < key(b) as unsigned (no NaN).

@@ -293,6 +293,20 @@ TEST(KernelRefs, SampleDrawsTheTruncatedDistribution) {
   }
 }
 
+TEST(KernelRefs, SampleNoiseStaysInsideTheOpenIntervalAtItsExtremeBits) {
+  // u == 1 would make -log(-log(u)) infinite: that token would win every draw it is in.
+  const uint32_t last = (1u << kSampleBits) - 1u;
+  for (const uint32_t bits : {0u, 1u, last - 1u, last}) {
+    const float u = uniform_of(bits);
+    EXPECT_GT(u, 0.0f);
+    EXPECT_LT(u, 1.0f);
+    const float noise = -std::log(-std::log(u));
+    EXPECT_TRUE(std::isfinite(noise)) << bits;
+    EXPECT_LT(noise, 16.7f);
+    EXPECT_GT(noise, -2.9f);
+  }
+}
+
 TEST(KernelRefs, SampleNeverDrawsNanOrMaskedTokens) {
   const std::vector<float> logits = {NAN, 1.0f, -INFINITY, 0.5f};
   for (int step = 0; step < 200; ++step) {
