@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cpu/llama_forward.h"
 #include "cpu/ops.h"
+#include "cpu/sampling.h"
 #include "met/direct_forward.h"
 
 namespace py = pybind11;
@@ -161,6 +163,24 @@ class CpuRowForward : public RowForward {
   }
   const float* logits() const override { return logits_.data(); }
   int64_t vocab() const override { return forward_.vocab(); }
+  std::vector<int32_t> draw(const std::vector<SampleRow>& rows) override {
+    const int64_t vocab = forward_.vocab();
+    std::vector<int64_t> index;
+    std::vector<cpu::DrawParams> params;
+    for (const SampleRow& row : rows) {
+      if (row.row < 0 || static_cast<size_t>(row.row + 1) * vocab > logits_.size()) {
+        throw std::out_of_range("CpuRowForward: no logits row " + std::to_string(row.row));
+      }
+      const SamplingParams& p = row.params;
+      index.push_back(row.row);
+      params.push_back({p.temperature, p.top_k, p.top_p, p.min_p, p.seed,
+                        static_cast<uint64_t>(row.n_generated)});
+    }
+    std::vector<int32_t> out(rows.size());
+    cpu::draw_rows(logits_.data(), static_cast<int32_t>(vocab), index.data(), params.data(),
+                   static_cast<int32_t>(rows.size()), out.data());
+    return out;
+  }
 
  private:
   cpu::LlamaForward& forward_;

@@ -1,14 +1,11 @@
-// Binds the GPU pieces: _core.has_cuda(), _core.cuda_device_count() and _core.kernel_refs
-// always; the _core.cuda submodule (kernels and StreamSet) only in a build with CUDA.
+// Binds the GPU pieces: _core.has_cuda() and _core.cuda_device_count() always; the _core.cuda
+// submodule (kernels and StreamSet) only in a build with CUDA.
 // Kernel functions take device pointers as integers (tensor.data_ptr()) and a stream handle
 // as an integer (torch.cuda.current_stream().cuda_stream); python/met/kernels/cuda_ops.py is
 // the tensor-checking layer over them. Bad sizes raise ValueError before any launch.
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
-
-#include "kernels/reference/kernel_refs.h"
 
 #ifdef MET_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -22,30 +19,6 @@ namespace py = pybind11;
 namespace met::bindings {
 
 namespace {
-
-template <typename T>
-using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
-
-// kernel_refs.sample over rows: the GPU test's draw-for-draw oracle for the sampling kernel.
-py::array_t<int32_t> sample_ref(const Array<float>& logits, const Array<float>& temperature,
-                                const Array<int32_t>& top_k, const Array<float>& top_p,
-                                const Array<float>& min_p, const Array<uint64_t>& seed,
-                                const Array<uint64_t>& step) {
-  if (logits.ndim() != 2) throw py::value_error("logits must be [rows, vocab]");
-  const py::ssize_t rows = logits.shape(0);
-  for (const py::ssize_t n :
-       {temperature.size(), top_k.size(), top_p.size(), min_p.size(), seed.size(), step.size()}) {
-    if (n != rows) throw py::value_error("every parameter array needs one entry per row");
-  }
-  const auto vocab = static_cast<int32_t>(logits.shape(1));
-  py::array_t<int32_t> out(rows);
-  for (py::ssize_t r = 0; r < rows; ++r) {
-    const kernels::ref::SampleParams p{temperature.at(r), top_k.at(r), top_p.at(r),
-                                       min_p.at(r),       seed.at(r),  step.at(r)};
-    out.mutable_at(r) = kernels::ref::sample(logits.data() + r * vocab, vocab, p);
-  }
-  return out;
-}
 
 #ifdef MET_HAS_CUDA
 template <typename T>
@@ -214,10 +187,6 @@ void bind_cuda(py::module_& m) {
   m.def(
       "cuda_device_count", [] { return 0; }, "Always 0: this build has no CUDA.");
 #endif
-  py::module_ refs = m.def_submodule("kernel_refs", "CPU references of the CUDA kernels.");
-  refs.def("sample", &sample_ref, py::arg("logits"), py::arg("temperature"), py::arg("top_k"),
-           py::arg("top_p"), py::arg("min_p"), py::arg("seed"), py::arg("step"),
-           "kernels::ref::sample per row of float32 logits [rows, vocab]; int32 tokens.");
 }
 
 }  // namespace met::bindings

@@ -13,6 +13,7 @@ void bind_cuda(py::module_& m);
 void bind_cpu_kernels(py::module_& m);
 void bind_cpu_weights(py::module_& m);
 void bind_cpu_model(py::module_& m);
+void bind_sampling(py::module_& m);
 }  // namespace met::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -26,4 +27,5 @@ PYBIND11_MODULE(_core, m) {
   met::bindings::bind_cpu_kernels(m);
   met::bindings::bind_cpu_weights(m);  // adds to the cpu submodule
   met::bindings::bind_cpu_model(m);
+  met::bindings::bind_sampling(m);  // adds to the cpu submodule, and kernel_refs
 }

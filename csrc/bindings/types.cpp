@@ -68,7 +68,8 @@ void bind_types(py::module_& m) {
       .def_readonly("params", &SampleRow::params)
       .def_readonly("n_generated", &SampleRow::n_generated)
       .def_readonly("mask_stop", &SampleRow::mask_stop)
-      .def_readonly("stop_tokens", &SampleRow::stop_tokens);
+      .def_readonly("stop_tokens", &SampleRow::stop_tokens)
+      .def_property_readonly("plain_draw", &SampleRow::plain_draw);
 
   py::class_<SampledToken>(m, "SampledToken")
       .def(py::init([](int32_t token, float logprob, std::vector<std::pair<int32_t, float>> top) {

@@ -1,8 +1,9 @@
 // Owns: the CPU model's per-token elementwise kernels on fp32 rows: RMSNorm, rotate-half RoPE,
-//   and the gated activations and logit soft-cap, these built at each register width
-//   (Activations, activations.inc).
+//   and the gated activations, logit soft-cap and sampler's exponential, these built at each
+//   register width (Activations, activations.inc).
 // Called by: llama_forward.cpp and its layer files (inside its OpenMP team, one token per call,
-//   so they never thread themselves), csrc/bindings/cpu_model.cpp and tests/cpp/test_cpu_model.cc.
+//   so they never thread themselves), sampling.cpp (exp_shifted), csrc/bindings/cpu_model.cpp
+//   and tests/cpp/test_cpu_model.cc.
 // Invariants: every result depends only on its own row (fixed summation order per row), so a
 //   token's activations are bitwise the same whatever batch it runs in, and on every path.
 #pragma once
@@ -50,6 +51,8 @@ struct Activations {
                          float alpha);
   void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n);
   void (*softcap)(float* x, float cap, int64_t n);
+  // out[i] = e^(x[i] - shift), e^x rounded once from double (the sampler's probabilities).
+  void (*exp_shifted)(const float* x, float shift, float* out, int64_t n);
 };
 // The widest build `path` runs (avx512 and amx: 512-bit registers).
 const Activations& activations_for(CpuPath path);

@@ -84,11 +84,10 @@ struct SampleArgs {
   int32_t vocab = 0;
 };
 
-// The semantics of python/met/model/sampler.py (temperature, top-k, top-p on the top-k
-// renormalised distribution, min-p, then an exponential-race draw), with two documented
-// differences: ties at the top-k or top-p boundary are all kept, and the noise comes from
-// sample_hash.h keyed by (seed, step, token) rather than torch's generator. Temperature <= 0
-// or top_k == 1 is greedy. NaN logits are never drawn.
+// met's draw (the host's is cpu/sampling.h, whose semantics python/met/model/sampler.py ends in):
+// temperature, top-k, top-p on what top-k kept, min-p, then the argmax of the scaled logit plus
+// Gumbel noise from sample_hash.h keyed by (seed, step, token); ties at the top-k or top-p
+// boundary are all kept. Temperature <= 0 or top_k == 1 is greedy. NaN logits are never drawn.
 void sample(const SampleArgs& a, cudaStream_t stream);
 
 }  // namespace met::kernels

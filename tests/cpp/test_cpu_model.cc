@@ -100,7 +100,7 @@ TEST(CpuOps, EveryPathsActivationsGiveTheScalarBits) {
   const auto gate = random_floats(n, 8, -100.0f, 100.0f);
   const auto up = random_floats(n, 9, -3.0f, 3.0f);
   const auto run = [&](const Activations& a) {
-    std::vector<float> out(static_cast<size_t>(5 * n));
+    std::vector<float> out(static_cast<size_t>(6 * n));
     float* o = out.data();
     a.silu_mul(gate.data(), up.data(), o, n);
     std::copy(gate.begin(), gate.end(), o + n);
@@ -109,6 +109,7 @@ TEST(CpuOps, EveryPathsActivationsGiveTheScalarBits) {
     a.gelu_tanh_mul(gate.data(), up.data(), o + 3 * n, n);
     std::copy(gate.begin(), gate.end(), o + 4 * n);
     a.softcap(o + 4 * n, 30.0f, n);
+    a.exp_shifted(gate.data(), 3.0f, o + 5 * n, n);
     return out;
   };
   const Activations& scalar = activations_for(CpuPath::kScalar);

@@ -1,9 +1,11 @@
 // DirectForward: decode and verify plans without a grammar row run on the RowForward without
 // reaching the device backend's forward, their argmax readback comes from that forward, their
-// host sampling reaches the device backend with that forward's logits, and a scheduler over it
-// gives the same outputs as over the device backend alone.
+// plain rows are drawn by it, their other sampled rows reach the device backend with that
+// forward's logits, and a scheduler over it gives the same outputs as over the device backend
+// alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -18,8 +20,8 @@ namespace {
 
 constexpr int64_t kVocab = 256;
 
-// The echo rule on the core's side of the boundary, as logits too (one-hot at the echo token);
-// counts the plans it ran.
+// The echo rule on the core's side of the boundary, as logits too (one-hot at the echo token),
+// and as its draw; counts the plans it ran and the rows it drew.
 class EchoRows : public RowForward {
  public:
   std::vector<int32_t> argmax_rows(const StepPlan& plan) override {
@@ -31,7 +33,18 @@ class EchoRows : public RowForward {
   }
   const float* logits() const override { return logits_.data(); }
   int64_t vocab() const override { return kVocab; }
+  std::vector<int32_t> draw(const std::vector<SampleRow>& rows) override {
+    std::vector<int32_t> out;
+    for (const SampleRow& row : rows) {
+      EXPECT_TRUE(row.plain_draw());
+      const float* logits = logits_.data() + row.row * kVocab;
+      out.push_back(static_cast<int32_t>(std::max_element(logits, logits + kVocab) - logits));
+    }
+    draws += static_cast<int>(rows.size());
+    return out;
+  }
   std::vector<ReferenceCall> calls;
+  int draws = 0;
 
  private:
   std::vector<float> logits_;
@@ -60,13 +73,18 @@ TEST(DirectForward, AGreedyDecodeOrVerifyRunsOnTheRowForwardAndItsReadbackComesF
   EXPECT_EQ(direct.argmax_batch(1, 2, 0), (std::vector<int32_t>{32, 33}));
   EXPECT_EQ(direct.argmax_on_device(0, 0), 31);
   EXPECT_THROW(direct.argmax_batch(2, 2, 0), std::out_of_range);
-  SampleRow second;
+  SampleRow second, scored;
   second.row = 1;
-  EXPECT_EQ(direct.sample_rows({second}).at(0).token, 32);  // sampled from the direct logits
+  scored.params.top_logprobs = 0;  // a logprob: the device backend's host sampler scores it
+  const std::vector<SampledToken> picks = direct.sample_rows({second, scored});
+  EXPECT_EQ(picks.at(0).token, 32);  // drawn by the RowForward
+  EXPECT_EQ(picks.at(1).token, 31);  // sampled from the direct logits
+  EXPECT_EQ(rows.draws, 1);
   EXPECT_EQ(device.sampled_logits, 1);
   StepPlan sampled{ReferenceCall::DecodeBatch, 0, {decode_row(b, 40)}};  // no argmax readback
   EXPECT_TRUE(direct.execute(sampled).empty());
   EXPECT_EQ(direct.sample_rows({SampleRow{}}).at(0).token, 41);
+  EXPECT_EQ(rows.draws, 2);
   EXPECT_TRUE(device.calls.empty());
   EXPECT_EQ(rows.calls.size(), 3u);
   EXPECT_EQ(direct.direct_steps(), 3);
@@ -103,11 +121,14 @@ std::vector<std::vector<int32_t>> serve(Backend& backend, BlockManager& blocks) 
   // A repeating prompt, so the n-gram proposer drafts and verify steps run.
   sched.add_request(request(0, {1, 2, 3, 1, 2, 3, 1, 2}, 12));
   sched.add_request(request(1, {5, 6, 7}, 9));
-  sched.add_request(request(2, {9, 9, 9, 9, 9}, 7, 0.8f));  // sampled on the host
+  sched.add_request(request(2, {9, 9, 9, 9, 9}, 7, 0.8f));  // drawn on the host
+  Request scored = request(4, {3, 3}, 6, 0.8f);
+  scored.params.top_logprobs = 2;  // sampled by the device backend's host sampler
+  sched.add_request(std::move(scored));
   Request masked = request(3, {4, 4, 4}, 5);
   masked.params.constrained = true;  // a grammar row: its steps stay with the device backend
   sched.add_request(std::move(masked));
-  std::vector<std::vector<int32_t>> out(4);
+  std::vector<std::vector<int32_t>> out(5);
   for (const ClientEvent& e : run(sched)) out.at(e.request_id) = e.output;
   EXPECT_GT(sched.spec_stats().verify_steps, 0);
   return out;
@@ -124,7 +145,8 @@ TEST(DirectForwardScheduler, OutputsAreTheDeviceBackendsAndNoBlockIsLeft) {
   EXPECT_EQ(got.at(1).size(), 9u);
   EXPECT_GT(direct.direct_steps(), 0);
   EXPECT_GT(direct.device_steps(), 0);  // the prefills, and the steps with the grammar request
-  EXPECT_GT(device.sampled_logits, 0);  // the sampled request's direct steps
+  EXPECT_GT(rows.draws, 0);             // the drawn request's direct steps
+  EXPECT_GT(device.sampled_logits, 0);  // the scored request's
   EXPECT_EQ(direct_blocks.num_free_blocks(), 64);
   direct_blocks.check_invariants();
 }

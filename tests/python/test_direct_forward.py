@@ -1,7 +1,8 @@
 """The scheduler runs decode and verify steps without a grammar row on the C++ CPU forward itself
-(DirectForward; a sampled row's logits go to the Python sampler in place): every output, greedy,
-speculative, sampled, penalised, constrained or with logprobs, is token for token the one the
-Python backend gives when every step goes through it, and the direct steps do happen."""
+(DirectForward; a plain sampled row is drawn there too, any other sampled row's logits go to the
+Python sampler in place): every output, greedy, speculative, sampled, penalised, constrained or
+with logprobs, is token for token the one the Python backend gives when every step goes through
+it, and the direct steps do happen."""
 
 from __future__ import annotations
 
@@ -88,3 +89,29 @@ def test_a_request_alone_runs_every_step_after_its_prefill_direct(outputs, param
     backend = outputs["direct"][1].engine.scheduler_backend
     assert backend.device_steps - before[1] == 1  # the prompt's one prefill
     assert backend.direct_steps - before[0] > 0
+
+
+@pytest.mark.parametrize(
+    ("params", "hosted"),
+    [
+        (SamplingParams(temperature=0.9, top_k=40, seed=3, max_tokens=16, ignore_eos=True), False),
+        (SamplingParams(temperature=0.9, seed=3, max_tokens=16, ignore_eos=True, logprobs=0), True),
+    ],
+    ids=["plain", "logprobs"],
+)
+def test_only_rows_the_draw_cannot_take_reach_the_python_sampler(
+    outputs, params, hosted, monkeypatch
+) -> None:
+    calls = []
+    sample_logits = TorchBackend.sample_logits
+
+    def counting(self, address, n_logits, vocab, rows):
+        calls.append(len(rows))
+        return sample_logits(self, address, n_logits, vocab, rows)
+
+    monkeypatch.setattr(TorchBackend, "sample_logits", counting)
+    llm = outputs["direct"][1]
+    ids = llm.tokenizer.encode_chat([{"role": "user", "content": REPEAT}])
+    out = llm.generate(prompt_token_ids=[ids], sampling_params=params)[0]
+    assert len(out.token_ids) == 16
+    assert bool(calls) == hosted

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from met.model.sampler import RowParams, SampleSpec, argmax, sample
+from met import _core
+from met.model.sampler import RowParams, SampleSpec, argmax, draw_params, sample
 
 V = 50
 
@@ -117,3 +118,19 @@ def test_input_logits_untouched():
     before = logits.clone()
     sample(logits, [_row(logit_bias=[(1, 3.0)], repetition_penalty=1.5, history=[2])])
     assert torch.equal(logits, before)
+
+
+def test_draws_are_the_gpu_kernels_reference_draws():
+    # A plain row's token is the one the GPU kernel's reference (kernel_refs.sample) draws.
+    logits = _logits(24, seed=4)
+    settings = [
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 5},
+        {"temperature": 1.2, "top_p": 0.8},
+        {"temperature": 0.9, "top_k": 20, "top_p": 0.6, "min_p": 0.05},
+    ]
+    rows = [_row(seed=100 + i, n_generated=i, **settings[i % 4]) for i in range(24)]
+    params = draw_params([r.params for r in rows], [r.n_generated for r in rows])
+    expected = _core.kernel_refs.sample(logits.numpy(), **params).tolist()
+    assert _tokens(logits, rows) == expected
+    assert len(set(expected)) > 5

@@ -3,7 +3,8 @@
 // Called by: the scheduler, as its device backend (the KvLedger wraps it); every call it does not
 // take itself goes to the backend it wraps.
 // Invariants: every decode and verify plan without a grammar row runs on the RowForward; its
-// argmax readback is answered from that forward's argmax, and its host sampling goes to the
+// argmax readback is answered from that forward's argmax, its plain rows (SampleRow::plain_draw)
+// are drawn by the RowForward where its logits are, and only its other sampled rows go to the
 // wrapped backend with that forward's logits (sample_logits). Prefill plans, plans with a grammar
 // row, and every sequence, stream and shutdown call reach the wrapped backend unchanged.
 #pragma once
@@ -25,6 +26,9 @@ class RowForward {
   // The last run's logits rows, [rows, vocab()] floats, valid until the next run.
   virtual const float* logits() const = 0;
   virtual int64_t vocab() const = 0;
+  // met's draw (csrc/kernels/sampling.cu's semantics) of each row's logits row `row` of the
+  // last run; only for rows that plain_draw().
+  virtual std::vector<int32_t> draw(const std::vector<SampleRow>& rows) = 0;
 };
 
 class DirectForward : public Backend {

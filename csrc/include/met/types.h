@@ -67,6 +67,16 @@ struct SampleRow {
   int32_t n_generated = 0;  // output tokens so far (seeds the per-step generator)
   bool mask_stop = false;   // min_tokens floor active: every stop token gets -inf first
   std::vector<int32_t> stop_tokens;  // eos tokens plus params.stop_token_ids
+
+  // Whether met's draw (csrc/kernels/sampling.cu, cpu/sampling.h) takes this row as it is: only
+  // temperature, top-k, top-p and min-p shape its logits, and it reports no logprob. Any other
+  // row has its logits adjusted (bias, penalties, stop mask, grammar) and logprobs taken first.
+  bool plain_draw() const {
+    const SamplingParams& p = params;
+    return !p.wants_logprobs() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.constrained &&
+           !(mask_stop && !stop_tokens.empty());
+  }
 };
 
 struct SampledToken {

@@ -19,9 +19,8 @@ from met import _core
 from met.constraints import MaskPrefetch, SequenceGrammar
 from met.engine.forward_rows import Row, pack_rows, plan_rows
 from met.engine.hybrid import StateCheckpoints
-from met.engine.kernel_sampling import kernel_params, kernel_samples
 from met.engine.prompt_logprobs import PromptScores
-from met.model.sampler import SampleSpec, sample
+from met.model.sampler import SampleSpec, draw, draw_params, sample
 
 
 class TorchBackend(_core.Backend):
@@ -57,8 +56,10 @@ class TorchBackend(_core.Backend):
         self.streams = _cuda_streams(model.device)
         # The C++ CPU forward and the GPU one pack rows themselves (CpuLlama / CudaLlama).
         self._forward_rows = getattr(model, "forward_rows", None)
-        # The GPU forward draws plain rows with met's sampling kernel (CudaLlama.kernel_sample).
-        self._kernel_sample = getattr(model, "kernel_sample", None)
+        # Plain rows (SampleRow.plain_draw) skip the host sampler's adjustments: the GPU forward
+        # draws them with met's sampling kernel (CudaLlama.kernel_sample), any other with met's
+        # host draw, the one the host sampler ends in.
+        self._kernel_sample = getattr(model, "kernel_sample", None) or draw
         # A hybrid model's recurrent state per slot (model/deltanet.py); None for attention only.
         self._state = getattr(kv_cache, "state", None)
         # Its prefix cache's recurrent-state checkpoints (engine/hybrid.py); None: no prefix
@@ -299,12 +300,11 @@ class TorchBackend(_core.Backend):
     def _sample_rows(self, rows: list[_core.SampleRow]) -> list[_core.SampledToken]:
         self.masks.wait()  # the matchers are read below
         out: list[_core.SampledToken | None] = [None] * len(rows)
-        plain = [i for i, r in enumerate(rows) if self._kernel_sample and kernel_samples(r)]
+        plain = [i for i, r in enumerate(rows) if r.plain_draw]
         if plain:
             picked = [rows[i] for i in plain]
-            draws = self._kernel_sample(
-                self._logits, [r.row for r in picked], kernel_params(picked)
-            )
+            params = draw_params([r.params for r in picked], [r.n_generated for r in picked])
+            draws = self._kernel_sample(self._logits, [r.row for r in picked], params)
             # No logprob was asked for these rows, so none is computed.
             for i, token in zip(plain, draws.tolist(), strict=True):
                 out[i] = _core.SampledToken(token, math.nan, [])

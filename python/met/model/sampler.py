@@ -6,21 +6,24 @@ describe the model's distribution as adjusted by the request's bias, penalties a
 (a refused token has logprob -inf), before temperature and truncation
 (what OpenAI reports: a request's logprobs do not change with its temperature or top_p).
 
-A seeded row draws from a generator seeded by (seed, n_generated), so the same request replays
-the same tokens whatever else shares its batches, with no generator state kept between steps.
-The draw is the inverse of the row's cumulative distribution at one uniform number: one random
-number a row (an exponential race over the vocabulary drew one per token, 17x the time).
+Temperature, truncation and the draw are met's draw (csrc/cpu/sampling.h, `draw` below): the
+semantics of the GPU sampling kernel, whose noise is a pure function of (seed, n_generated,
+token). A seeded row therefore replays the same tokens whatever else shares its batches, on the
+C++ forward's direct steps, here, and (up to rounding) on the GPU.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from met import _core
 
 
 @dataclass
@@ -31,7 +34,7 @@ class RowParams:
     top_k: int = 0  # 0 or -1: off
     top_p: float = 1.0
     min_p: float = 0.0
-    seed: int | None = 42  # None: draw from torch's global generator (not reproducible)
+    seed: int | None = 42  # None: a seed from torch's global generator (not reproducible)
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -138,8 +141,8 @@ def _output_tokens(row: SampleSpec) -> list[int]:
 
 
 def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
-    """Greedy rows take the argmax; the others draw, all truncations batched over them. Each
-    step skips what no row asks for (a step's sampling is on the host's critical path)."""
+    """Greedy rows take the argmax; the others are drawn by met's draw (csrc/cpu/sampling.h).
+    Each step skips what no row asks for (a step's sampling is on the host's critical path)."""
     drawn = [
         i for i, row in enumerate(rows) if row.params.temperature > 0 and row.params.top_k != 1
     ]
@@ -149,59 +152,37 @@ def _pick(logits: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
             return picks
     else:
         picks = torch.empty(len(rows), dtype=torch.int64, device=logits.device)
-    dev = logits.device
-    params = [rows[i].params for i in drawn]
-
-    def column(values: Iterable[float]) -> Tensor:
-        return torch.tensor(list(values), device=dev, dtype=torch.float32)[:, None]
-
-    scaled = logits if len(drawn) == len(rows) else logits[drawn]
-    probs = torch.softmax(scaled / column(p.temperature for p in params), dim=-1)
-    probs = _truncate(probs, params)
-    if any(p.min_p > 0 for p in params):
-        min_p = column(p.min_p for p in params)
-        probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
-    picks[drawn] = _draw(probs, [rows[i] for i in drawn])
+    params = draw_params([rows[i].params for i in drawn], [rows[i].n_generated for i in drawn])
+    tokens = draw(logits, drawn, params)
+    picks[drawn] = tokens.to(device=picks.device, dtype=picks.dtype)
     return picks
 
 
-def _truncate(probs: Tensor, params: Sequence[Any]) -> Tensor:
-    """Zero everything outside each row's top-k and top-p nucleus (the best token always stays)."""
-    vocab = probs.shape[-1]
-    top_k = [p.top_k if p.top_k > 0 else vocab for p in params]
-    top_p = [p.top_p for p in params]
-    if all(k >= vocab for k in top_k) and all(tp >= 1.0 for tp in top_p):
-        return probs
-    dev = probs.device
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    rank = torch.arange(vocab, device=dev)[None, :]
-    cut = rank >= torch.tensor(top_k, device=dev)[:, None]
-    # Renormalise after top-k so top-p is a share of what top-k kept (vLLM's order).
-    kept = sorted_probs.masked_fill(cut, 0.0)
-    kept = kept / kept.sum(dim=-1, keepdim=True)
-    before = kept.cumsum(dim=-1) - kept  # mass strictly ahead of each token
-    cut |= before >= torch.tensor(top_p, device=dev)[:, None]
-    cut[:, 0] = False
-    return probs.scatter(-1, order, sorted_probs.masked_fill(cut, 0.0))
+def draw_params(params: Sequence[Any], steps: Sequence[int]) -> dict[str, np.ndarray]:
+    """The per-row arrays of met's draw, and of the GPU kernel (which takes the 64-bit seeds
+    and steps as int64 bits): `params` are RowParams or met::SamplingParams, `steps` each
+    row's output count so far."""
+
+    def seed(p: Any) -> int:
+        if p.seed is not None:
+            return int(p.seed) % 2**64
+        return int(torch.randint(0, 2**62, (1,)).item())
+
+    return {
+        "temperature": np.array([p.temperature for p in params], np.float32),
+        "top_k": np.array([max(p.top_k, 0) for p in params], np.int32),
+        "top_p": np.array([p.top_p for p in params], np.float32),
+        "min_p": np.array([p.min_p for p in params], np.float32),
+        "seed": np.array([seed(p) for p in params], np.uint64).view(np.int64),
+        "step": np.array(steps, np.int64),
+    }
 
 
-def _draw(probs: Tensor, rows: Sequence[SampleSpec]) -> Tensor:
-    """One token a row, index i with probability p_i / sum(p): the first whose cumulative mass
-    reaches (1 - u) of the row's total, u uniform in [0, 1) from the row's own generator. The
-    target is above 0, so a token of probability 0 (truncated or masked) is never drawn."""
-    cdf = probs.cumsum(dim=-1)
-    u = torch.cat([_uniform(row, probs.device) for row in rows])[:, None]
-    target = (1.0 - u) * cdf[:, -1:]
-    return torch.searchsorted(cdf, target).squeeze(1).clamp_(max=probs.shape[-1] - 1)
-
-
-def _uniform(row: SampleSpec, device: torch.device) -> Tensor:
-    seed = row.params.seed
-    gen = None
-    if seed is not None:
-        gen = torch.Generator(device=device)
-        gen.manual_seed((int(seed) * 1_000_003 + row.n_generated) % (2**63))
-    return torch.rand(1, generator=gen, device=device, dtype=torch.float64)
+def draw(logits: Tensor, rows: Sequence[int], params: dict[str, np.ndarray]) -> Tensor:
+    """met's draw (csrc/cpu/sampling.h) of logits rows `rows`, int32 tokens on the host; logits
+    elsewhere than the host are read back first."""
+    host = logits.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    return torch.from_numpy(_core.cpu.sample(host.numpy(), np.asarray(rows, np.int64), **params))
 
 
 def _result(logprobs: Tensor, token: int, top_logprobs: int) -> SampledToken:

@@ -1,0 +1,60 @@
+// Owns: the draw's state and its per-token step, shared by the scalar loop (sampling.cpp) and
+//   the AVX-512 one (sampling_avx512.cpp).
+// Called by: sampling.cpp, sampling_avx512.cpp.
+// Invariants: consider() is exact (the token's score against the best so far, ties to the
+//   smaller index); a loop may skip a token only when noise_bound proves it cannot win, so every
+//   loop that skips more or fewer tokens returns the same token.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/sample_hash.h"
+
+namespace met::cpu::detail {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kLn2 = 0.6931472f;  // rounded up: the bound stays above the noise
+
+// An upper bound of the Gumbel noise -log(-log(u)) of u = uniform_of(bits), from the bits alone:
+// the noise is at most -log(1 - u) = log(2^23 / (y + 1/2)) with y = 2^23 - 1 - bits, and the
+// exponent of y + 1/2 (exact in a float) bounds its log2 from below. The 0.01 covers the
+// rounding of the logarithms.
+inline float noise_bound(uint32_t bits) {
+  const float y = static_cast<float>((1u << kernels::kSampleBits) - 1u - bits) + 0.5f;
+  return static_cast<float>(kernels::kSampleBits - std::ilogb(y)) * kLn2 + 0.01f;
+}
+// The largest bound, that of y = 0: no token trailing the best by more can win.
+inline const float kNoiseMax = noise_bound((1u << kernels::kSampleBits) - 1u);
+
+struct DrawState {
+  const float* z;      // scaled logits, NaN as -inf, no -0
+  float floor;         // truncation: tokens with a lower scaled logit are out
+  float m;             // the largest scaled logit
+  float min_p;         // <= 0: off
+  uint64_t row_key;    // kernels::sample_row_key(seed, step)
+  float best = -kInf;  // the best score so far
+  int32_t best_i = std::numeric_limits<int32_t>::max();
+
+  // Token i, its noise bits given: scored and kept when it beats the best so far.
+  void consider(int32_t i, uint32_t bits) {
+    const float zi = z[i];
+    if (zi == -kInf || zi < floor) return;
+    if (zi < m && min_p > 0.0f && std::exp(zi - m) < min_p) return;
+    const float score = (zi - m) - std::log(-std::log(kernels::uniform_of(bits)));
+    if (score > best || (score == best && i < best_i)) best = score, best_i = i;
+  }
+};
+
+// The scalar loop over tokens [begin, end), and the AVX-512 one over the whole row (false when
+// this build has none).
+void draw_scalar(DrawState& s, int32_t begin, int32_t end);
+bool draw_avx512(DrawState& s, int32_t vocab);
+// z[i] = logits[i] * inv_t with NaN as -inf and -0 as +0 (so that equal scaled logits tie at
+// the truncation thresholds, signed zeros included); returns the largest (-inf for none).
+float scale_scalar(const float* logits, float* z, int32_t vocab, float inv_t);
+// The same into *m; false when this build has no AVX-512 loops.
+bool scale_avx512(const float* logits, float* z, int32_t vocab, float inv_t, float* m);
+
+}  // namespace met::cpu::detail
