@@ -182,10 +182,17 @@ void draw_scalar(DrawState& s, int32_t begin, int32_t end) {
   }
 }
 
-#ifndef MET_SAMPLING_HAS_AVX512
-bool draw_avx512(DrawState&, int32_t) { return false; }
-bool scale_avx512(const float*, float*, int32_t, float, float*) { return false; }
+const DrawLoops& draw_loops_for(CpuPath path) {
+  static const DrawLoops scalar = {scale_scalar,
+                                   [](DrawState& s, int32_t vocab) { draw_scalar(s, 0, vocab); }};
+#if defined(MET_SAMPLING_HAS_X86)
+  if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) return draw_loops_avx512();
+  if (path == CpuPath::kAvx2) return draw_loops_avx2();
+#else
+  (void)path;
 #endif
+  return scalar;
+}
 
 }  // namespace detail
 
@@ -194,12 +201,8 @@ int32_t draw(const float* logits, int32_t vocab, const DrawParams& p) {
   if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits, vocab);
   Scratch& s = thread_scratch();
   s.z.resize(static_cast<size_t>(vocab));
-  const bool simd = active_path() >= CpuPath::kAvx512;
-  const float inv_t = 1.0f / p.temperature;
-  float m = -kInf;
-  if (!(simd && detail::scale_avx512(logits, s.z.data(), vocab, inv_t, &m))) {
-    m = detail::scale_scalar(logits, s.z.data(), vocab, inv_t);
-  }
+  const detail::DrawLoops& loops = detail::draw_loops_for(active_path());
+  const float m = loops.scale(logits, s.z.data(), vocab, 1.0f / p.temperature);
   if (m == -kInf) return 0;  // nothing can be drawn: token 0, as argmax would
   const bool truncated = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
   const float floor = truncated ? truncation_floor(s, vocab, p, m) : -kInf;
@@ -207,7 +210,7 @@ int32_t draw(const float* logits, int32_t vocab, const DrawParams& p) {
   // The best logit's score first: a strong score lets the loop skip most of the vocabulary.
   const auto top = static_cast<int32_t>(std::find(s.z.begin(), s.z.end(), m) - s.z.begin());
   state.consider(top, kernels::sample_bits(state.row_key, static_cast<uint32_t>(top)));
-  if (!(simd && detail::draw_avx512(state, vocab))) detail::draw_scalar(state, 0, vocab);
+  loops.draw(state, vocab);
   return state.best_i == std::numeric_limits<int32_t>::max() ? 0 : state.best_i;
 }
 

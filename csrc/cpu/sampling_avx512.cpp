@@ -56,9 +56,7 @@ __m512 bound16(__m512i bits) {
   return _mm512_add_ps(_mm512_mul_ps(whole, _mm512_set1_ps(kLn2)), _mm512_set1_ps(0.01f));
 }
 
-}  // namespace
-
-bool scale_avx512(const float* logits, float* z, int32_t vocab, float inv_t, float* m) {
+float scale(const float* logits, float* z, int32_t vocab, float inv_t) {
   const __m512 scale = _mm512_set1_ps(inv_t), minus_inf = _mm512_set1_ps(-kInf);
   __m512 best = minus_inf;
   int32_t i = 0;
@@ -71,11 +69,10 @@ bool scale_avx512(const float* logits, float* z, int32_t vocab, float inv_t, flo
   }
   const float head = _mm512_reduce_max_ps(best);
   const float tail = scale_scalar(logits + i, z + i, vocab - i, inv_t);
-  *m = head > tail ? head : tail;
-  return true;
+  return head > tail ? head : tail;
 }
 
-bool draw_avx512(DrawState& s, int32_t vocab) {
+void draw(DrawState& s, int32_t vocab) {
   const __m512 m = _mm512_set1_ps(s.m), noise_max = _mm512_set1_ps(kNoiseMax);
   const __m512 floor = _mm512_set1_ps(s.floor);
   int32_t i = 0;
@@ -98,7 +95,13 @@ bool draw_avx512(DrawState& s, int32_t vocab) {
     }
   }
   draw_scalar(s, i, vocab);
-  return true;
+}
+
+}  // namespace
+
+const DrawLoops& draw_loops_avx512() {
+  static const DrawLoops loops = {scale, draw};
+  return loops;
 }
 
 }  // namespace met::cpu::detail

@@ -1,6 +1,6 @@
-// Owns: the draw's state and its per-token step, shared by the scalar loop (sampling.cpp) and
-//   the AVX-512 one (sampling_avx512.cpp).
-// Called by: sampling.cpp, sampling_avx512.cpp.
+// Owns: the draw's state and its per-token step, shared by the scalar loops (sampling.cpp) and
+//   their AVX2 and AVX-512 builds (sampling_avx2.cpp, sampling_avx512.cpp).
+// Called by: sampling.cpp, sampling_avx2.cpp, sampling_avx512.cpp.
 // Invariants: consider() is exact (the token's score against the best so far, ties to the
 //   smaller index); a loop may skip a token only when noise_bound proves it cannot win, so every
 //   loop that skips more or fewer tokens returns the same token.
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "cpu/isa.h"
 #include "kernels/sample_hash.h"
 
 namespace met::cpu::detail {
@@ -47,14 +48,20 @@ struct DrawState {
   }
 };
 
-// The scalar loop over tokens [begin, end), and the AVX-512 one over the whole row (false when
-// this build has none).
+// The scalar loop over tokens [begin, end) (the SIMD loops finish their rows with it).
 void draw_scalar(DrawState& s, int32_t begin, int32_t end);
-bool draw_avx512(DrawState& s, int32_t vocab);
 // z[i] = logits[i] * inv_t with NaN as -inf and -0 as +0 (so that equal scaled logits tie at
 // the truncation thresholds, signed zeros included); returns the largest (-inf for none).
 float scale_scalar(const float* logits, float* z, int32_t vocab, float inv_t);
-// The same into *m; false when this build has no AVX-512 loops.
-bool scale_avx512(const float* logits, float* z, int32_t vocab, float inv_t, float* m);
+
+// A path's build of the vocabulary loops; every build returns the same token.
+struct DrawLoops {
+  float (*scale)(const float* logits, float* z, int32_t vocab, float inv_t);  // scale_scalar's
+  void (*draw)(DrawState& s, int32_t vocab);  // draw_scalar's over the whole row
+};
+// The widest build `path` runs (avx512 and amx: 512-bit registers).
+const DrawLoops& draw_loops_for(CpuPath path);
+const DrawLoops& draw_loops_avx2();
+const DrawLoops& draw_loops_avx512();
 
 }  // namespace met::cpu::detail
