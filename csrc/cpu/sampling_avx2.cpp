@@ -93,10 +93,7 @@ void draw(DrawState& s, int32_t vocab) {
     live &= _mm256_movemask_ps(_mm256_cmp_ps(needed, bound8(bits), _CMP_LE_OQ));
     alignas(32) uint32_t lane_bits[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(lane_bits), bits);
-    for (; live != 0; live &= live - 1) {
-      const int lane = __builtin_ctz(static_cast<unsigned>(live));
-      s.consider(i + lane, lane_bits[lane]);
-    }
+    s.consider_lanes(i, static_cast<uint32_t>(live), lane_bits);
   }
   draw_scalar(s, i, vocab);
 }

@@ -89,10 +89,7 @@ void draw(DrawState& s, int32_t vocab) {
     live &= _mm512_cmp_ps_mask(needed, bound16(bits), _CMP_LE_OQ);
     alignas(64) uint32_t lane_bits[16];
     _mm512_store_si512(lane_bits, bits);
-    for (; live != 0; live &= live - 1) {
-      const int lane = __builtin_ctz(live);
-      s.consider(i + lane, lane_bits[lane]);
-    }
+    s.consider_lanes(i, live, lane_bits);
   }
   draw_scalar(s, i, vocab);
 }

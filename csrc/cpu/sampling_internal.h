@@ -46,6 +46,13 @@ struct DrawState {
     const float score = (zi - m) - std::log(-std::log(kernels::uniform_of(bits)));
     if (score > best || (score == best && i < best_i)) best = score, best_i = i;
   }
+  // The SIMD loops' lanes: token first + l for each set bit l of `live`, its bits in bits[l].
+  void consider_lanes(int32_t first, uint32_t live, const uint32_t* bits) {
+    for (; live != 0; live &= live - 1) {
+      const int lane = __builtin_ctz(live);
+      consider(first + lane, bits[lane]);
+    }
+  }
 };
 
 // The scalar loop over tokens [begin, end) (the SIMD loops finish their rows with it).
