@@ -82,6 +82,13 @@ void BlockManager::drop_hash(int32_t b) {
   blk.hash = blk.parent_hash = 0;
 }
 
+void BlockManager::uncache_free(int32_t b) {
+  list_unlink(b);
+  drop_hash(b);
+  --num_cached_free_;
+  list_insert_before(b, next_[sentinel()]);
+}
+
 // --- sequences ---
 
 BlockManager::SeqState& BlockManager::state(uint64_t seq) {
@@ -177,9 +184,15 @@ void BlockManager::commit(uint64_t seq, const int32_t* tokens, size_t n) {
     const int32_t* toks = tokens + j * block_size_;
     const uint64_t h = hash_block(st.last_hash, toks, block_size_);
     const int32_t b = st.table[j];
-    // used(unhashed) -> used(hashed), unless another block already serves this hash (duplicate).
+    // used(unhashed) -> used(hashed), unless another used block already serves this hash (a
+    // duplicate). A free cached block serving it hands its hash over, so the KV a live table
+    // holds is the one kept (evicting the free copy would lose the hash while its KV lives on).
     // A block in this position is fresh from grow(), so it never carries a hash already.
-    if (!blocks_[b].hashed && cache_.find(h) == cache_.end()) set_hash(b, h, st.last_hash, toks);
+    if (!blocks_[b].hashed) {
+      const int32_t old = lookup(h, st.last_hash, toks);
+      if (old >= 0 && blocks_[old].ref == 0) uncache_free(old);
+      if (cache_.find(h) == cache_.end()) set_hash(b, h, st.last_hash, toks);
+    }
     st.last_hash = h;
     st.hashed_blocks = static_cast<int32_t>(j + 1);
   }

@@ -254,6 +254,32 @@ TEST(BlockManager, ConcurrentSamePrefixLeavesADuplicateUnhashed) {
   EXPECT_EQ(m.table(3), (Ids{0, 1, 2}));
 }
 
+// The same prompt again hits its full blocks and recomputes its partial one; when that block
+// completes it takes the hash from the free cached copy, so the pool's reuse of cached blocks
+// (which would evict that copy next) does not lose the prefix the live block still holds.
+TEST(BlockManager, RecomputedBlockTakesTheHashFromItsFreeCachedCopy) {
+  for (const bool reuse : {false, true}) {
+    SCOPED_TRACE(reuse ? "reuse before fresh" : "fresh first");
+    Checked m(8, 4, true, reuse);
+    const Ids p = seq_tokens(0, 6), out = seq_tokens(0, 12);
+    m.prefill(1, p);  // blocks 0, 1
+    ASSERT_TRUE(m.grow(1, 9));
+    m.commit(1, Ids(out.begin(), out.begin() + 8));  // the decode completes block 1
+    m.release(1);
+    EXPECT_EQ(m.bm.num_cached_blocks(), 2);
+    EXPECT_EQ(m.alloc(2, p), 4);  // block 0; positions 4.. again
+    ASSERT_TRUE(m.grow(2, 8));
+    const int32_t again = m.table(2)[1];
+    m.commit(2, Ids(out.begin(), out.begin() + 8));
+    EXPECT_EQ(m.bm.num_cached_blocks(), 0);  // the free copy (block 1) is plain now
+    ASSERT_TRUE(m.grow(2, 12));  // the front block: that copy, its hash no longer lost to it
+    m.commit(2, out);
+    m.release(2);
+    EXPECT_EQ(m.alloc(3, out), 8);
+    EXPECT_EQ(m.table(3), (Ids{0, again}));
+  }
+}
+
 TEST(BlockManager, StatsCountQueriedAndHitTokens) {
   Checked m(8, 4);
   m.prefill(1, seq_tokens(0, 9));

@@ -64,9 +64,10 @@ class BlockManager {
 
   // `tokens` is every token whose KV is written so far (prompt + generated); its prefix must not
   // change between calls. Registers the hash of each newly completed full block: used(unhashed)
-  // -> used(hashed). A block whose hash already maps to another block (two sequences computed the
-  // same prefix) stays unhashed: a duplicate, freed as a plain block. std::invalid_argument if
-  // the tokens reach past the table.
+  // -> used(hashed). A block whose hash already maps to another used block (two sequences
+  // computed the same prefix) stays unhashed: a duplicate, freed as a plain block. One whose hash
+  // maps to a free cached block takes the hash over: that block free(cached) -> free(plain),
+  // front of the list. std::invalid_argument if the tokens reach past the table.
   void commit(uint64_t seq, const std::vector<int32_t>& tokens);
   void commit(uint64_t seq, const int32_t* tokens, size_t n);
 
@@ -125,6 +126,7 @@ class BlockManager {
   int32_t lookup(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
   void set_hash(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens);
   void drop_hash(int32_t b);
+  void uncache_free(int32_t b);  // free(cached) -> free(plain), moved to the front
 
   // Intrusive doubly linked free list over prev_/next_; index num_total_blocks() is the sentinel,
   // so removing a revived block from the middle is O(1).
