@@ -1,6 +1,7 @@
 """Prefix caching of a hybrid model through the engine (met.engine.hybrid): a repeated prompt, the
 next turn of a chat and another prompt with the same opening resume from recurrent-state
-checkpoints at block boundaries, report the tokens they reused as cached_tokens and give the
+checkpoints at block boundaries (inside a prompt, at its last full block and where a reply's decode
+passed its last one), report the tokens they reused as cached_tokens and give the
 tokens an engine without a prefix cache gives, on the torch forward (a float32 file) and on the
 C++ one (Q8_0 blocks)."""
 
@@ -42,10 +43,55 @@ def test_a_repeated_prompt_and_the_next_turn_resume_from_the_last_full_block(hyb
         assert cached == 32  # the prompt's last full block; its 8 last tokens run again
         turn = PROMPT + first + [7, 8, 9]
         reply, cached = _run(llm, turn)
-        assert cached == 32  # the first prompt's checkpoint: the reply ran as decode
+        assert cached == 48  # 40 + 9 positions ran: the first reply's decode passed 48
         assert _run(llm, turn) == (reply, 48)
-        assert llm.engine.stats().prefix_cache_hit_tokens == 32 + 32 + 48
+        assert llm.engine.stats().prefix_cache_hit_tokens == 32 + 48 + 48
     assert [first, first, reply] == [again, *_uncached(hybrid_file, [PROMPT, turn])]
+
+
+def test_a_verify_row_that_passes_a_boundary_leaves_the_state_after_that_token(hybrid_file):
+    # The reply's first verify row starts at 47: the checkpoint at 48 is its first token's state
+    # (the state after its last token, the drafts, is another); 40 + 19 positions run, so the
+    # next turn resumes from it. Its logprobs are a cold engine's, which prefills the reply where
+    # the first engine decoded it: on Q8_0 blocks the two round activations differently (the
+    # measured spread is 0.011; the state after the drafts gives 0.17, 0.14 in float32).
+    prompt = [0] * 8 + PROMPT[:32]
+    params = met.SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    scored = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True, logprobs=0)
+    options = dict(OPTIONS, speculative="ngram-forced")
+    runs = {}
+    for cache in (True, False):
+        with met.LLM(model=hybrid_file, **dict(options, enable_prefix_cache=cache)) as llm:
+            (out,) = llm.generate(prompt_token_ids=[prompt], sampling_params=params)
+            turn = prompt + out.token_ids + [7, 8, 9]
+            (reply,) = llm.generate(prompt_token_ids=[turn], sampling_params=scored)
+            runs[cache] = reply.outputs[0], reply.usage.get("cached_tokens", 0)
+            assert llm.engine.stats().speculation.verify_steps > 0
+    (hit, cached), (miss, _) = runs[True], runs[False]
+    assert cached == 48 and hit.token_ids == miss.token_ids
+    tolerance = 0.05 if hybrid_file.endswith("Q8_0.gguf") else 1e-4
+    for a, b in zip(hit.logprobs, miss.logprobs, strict=True):
+        assert a.logprob == pytest.approx(b.logprob, abs=tolerance)
+
+
+@pytest.mark.parametrize("speculative", ["off", "ngram-forced"])
+def test_a_reply_keeps_one_checkpoint_at_the_last_block_its_decode_passed(hybrid_file, speculative):
+    # A prompt whose reply has verify rows passing 48 and 96 (drafts rejected, 96 passed again).
+    prompt = [0] * 8 + PROMPT[:32]
+    params = met.SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    options = dict(OPTIONS, state_checkpoints=3, speculative=speculative)
+    with met.LLM(model=hybrid_file, **options) as llm:
+        (out,) = llm.generate(prompt_token_ids=[prompt], sampling_params=params)
+        turn = prompt + out.token_ids + [7, 8, 9]
+        reply, cached = _run(llm, turn)
+        assert cached == 96  # 40 + 59 positions ran: the decode passed 48, 64, 80 and 96
+        spec = llm.engine.stats().speculation
+        # It kept only 96's: the prompt's own (32) is still among the three (the turn's reply
+        # took the third).
+        assert _run(llm, prompt)[1] == 32
+    if speculative != "off":
+        assert spec.verify_steps > 0 and spec.drafted > spec.accepted
+    assert reply == _uncached(hybrid_file, [turn])[0]
 
 
 def test_a_shared_opening_resumes_from_a_checkpoint_inside_the_first_prompt(
@@ -61,9 +107,10 @@ def test_a_shared_opening_resumes_from_a_checkpoint_inside_the_first_prompt(
 
 
 def test_the_least_recently_used_checkpoint_goes_first(hybrid_file):
-    other = [(3 * i) % 90 + 4 for i in range(40)]
+    # 36 + 9 positions run: each prompt's only checkpoint is its last full block's (32).
+    prompt, other = PROMPT[:36], [(3 * i) % 90 + 4 for i in range(36)]
     with met.LLM(model=hybrid_file, **dict(OPTIONS, state_checkpoints=1)) as llm:
-        first, _ = _run(llm, PROMPT)
+        first, _ = _run(llm, prompt)
         _run(llm, other)  # takes the one checkpoint
-        assert _run(llm, PROMPT) == (first, 0)
-        assert _run(llm, PROMPT) == (first, 32)
+        assert _run(llm, prompt) == (first, 0)
+        assert _run(llm, prompt) == (first, 32)

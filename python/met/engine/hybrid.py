@@ -3,9 +3,11 @@ Qwen3.5 / Qwen3-Next): refusing what it cannot run, and prefix caching through s
 
 Cached KV blocks resume attention layers only; a recurrent layer needs its state as of the cached
 prefix. So the forward keeps the recurrent state at block boundaries (RecurrentState's checkpoint
-pool): at the end of each prompt's last full block (what the next turn of a chat, or the same
-prompt again, resumes from) and every `interval` positions inside a prompt (what another prompt
-with the same system prompt and tools resumes from). A new prompt resumes from the longest
+pool): at the end of each prompt's last full block (what the same prompt again resumes from),
+every `interval` positions inside a prompt (what another prompt with the same system prompt and
+tools resumes from), and at the last block boundary a sequence's decode passed (where a chat turn
+ends: what the next turn, the prompt and its reply and the new message, resumes from; one such
+checkpoint per sequence, moved on at each boundary). A new prompt resumes from the longest
 checkpointed boundary whose KV blocks are still cached; the checkpoints are kept least recently
 used first out, and one whose blocks were evicted is dropped when a lookup finds them gone.
 Speculation stays exact: a verify row keeps the recurrent state after each of its tokens and the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from met import _core
 from met.config import EngineConfig
@@ -35,6 +38,16 @@ def hybrid_off(model: object, config: EngineConfig) -> None:
     """Refuse, from `config`, what a model with recurrent layers cannot run."""
     if getattr(model, "recurrent_layers", None) and config.tensor_parallel_size > 1:
         raise ValueError("tensor parallelism does not split recurrent layers (hybrid models)")
+
+
+@dataclass
+class _Turn:
+    """A sequence's checkpoint at the last block boundary its decode passed."""
+
+    boundary: int  # the positions before it
+    key: int
+    index: int
+    written: bool  # by this sequence (then its next boundary's takes its place)
 
 
 class StateCheckpoints:
@@ -55,6 +68,9 @@ class StateCheckpoints:
         self._index: OrderedDict[int, int] = OrderedDict()  # key -> checkpoint, oldest first
         self._free = list(range(count - 1, -1, -1))
         self._pending: list[tuple[int, int]] = []  # (key, index) the running forward writes
+        # By sequence id. A verify row's checkpoint stands even if the drafts that reached it
+        # are rejected: it is the state after those tokens, keyed by them.
+        self._turns: dict[int, _Turn] = {}
 
     def resume(self, blocks: _core.BlockManager, seq: _core.Sequence, prompt: Sequence[int]) -> int:
         """Allocate `seq`'s blocks from the longest cached prefix a checkpoint resumes, restore
@@ -98,11 +114,51 @@ class StateCheckpoints:
                 marks += [i, position, index]
         return marks
 
-    def commit(self) -> None:
-        """The planned checkpoints were written."""
+    def commit(self, rows: list[Row]) -> None:
+        """The planned checkpoints were written, and the forward of `rows` ran: its decode and
+        verify rows that reached a block boundary leave their state there as their turn's."""
         for key, index in self._pending:
             self._index[key] = index
         self._pending.clear()
+        for row in rows:
+            if row.draft or len(row.tokens) == 1:
+                self._pass_boundary(row)
+
+    def forget(self, seq: _core.Sequence) -> None:
+        """`seq` left its slot: its turn checkpoint stays, as any other, least recently used out."""
+        self._turns.pop(seq.session_hash, None)
+
+    def _pass_boundary(self, row: Row) -> None:
+        bs, seq = self.block_size, row.seq
+        boundary = (row.start + len(row.tokens)) // bs * bs
+        if boundary <= row.start:
+            return
+        previous = self._turns.get(seq.session_hash)
+        key = self._turn_key(row, boundary, previous)
+        token = boundary - row.start - 1  # the row's token that reached it
+        index, written = self._index.get(key), False
+        if index is not None:
+            self._index.move_to_end(key)
+        else:
+            index = self._take()
+            if index is None:
+                return
+            self.state.checkpoint(index, seq.slot, token if row.draft else None)
+            self._index[key], written = index, True
+        moved_on = previous is not None and previous.written and previous.key != key
+        if moved_on and self._index.get(previous.key) == previous.index:
+            self._drop(previous.key)  # one turn checkpoint per sequence
+        self._turns[seq.session_hash] = _Turn(boundary, key, index, written)
+
+    def _turn_key(self, row: Row, boundary: int, previous: _Turn | None) -> int:
+        # The chain from the sequence's previous boundary when it is the block before, else
+        # from the whole history (once a sequence: its first boundary in decode).
+        bs, seq = self.block_size, row.seq
+        if previous is None or previous.boundary != boundary - bs:
+            return self._keys(seq.tokens + row.tokens, boundary // bs)[-1]
+        first = min(boundary - bs, row.start)
+        tail = seq.tokens_from(first) + row.tokens
+        return hash((previous.key, tuple(tail[boundary - bs - first : boundary - first])))
 
     def abandon(self) -> None:
         """The planned checkpoints were not written (the forward failed)."""

@@ -119,6 +119,8 @@ class TorchBackend(_core.Backend):
     def free_sequence(self, seq: _core.Sequence) -> None:
         """The scheduler released the sequence's blocks already; its slot is this backend's."""
         self._release_slot(seq.slot)
+        if self.checkpoints:
+            self.checkpoints.forget(seq)
 
     def compact_sequence(self, seq: _core.Sequence, new_slot: int) -> None:
         if new_slot == seq.slot:
@@ -162,7 +164,7 @@ class TorchBackend(_core.Backend):
                 self.checkpoints.abandon()
             raise
         if self.checkpoints:
-            self.checkpoints.commit()
+            self.checkpoints.commit(rows)
 
     def _run_rows(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
         with self._on(stream):

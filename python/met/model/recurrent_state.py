@@ -80,6 +80,16 @@ class RecurrentState:
             self.ckpt_conv = self.conv.new_zeros(count, *self.conv[:, 0].shape)
             self.ckpt_delta = self.delta.new_zeros(count, *self.delta[:, 0].shape)
 
+    def checkpoint(self, index: int, slot: int, token: int | None = None) -> None:
+        """Checkpoint `index` takes slot `slot`'s state: as it is now, or as it was after
+        `token` of its last verify row."""
+        if token is None:
+            self.ckpt_conv[index] = self.conv[:, slot]
+            self.ckpt_delta[index] = self.delta[:, slot]
+        else:
+            self.ckpt_conv[index] = self.snap_conv[:, slot, token]
+            self.ckpt_delta[index] = self.snap_delta[:, slot, token]
+
     def restore_checkpoint(self, index: int, slot: int) -> None:
         """Slot `slot` resumes from checkpoint `index`."""
         self.conv[:, slot] = self.ckpt_conv[index]
