@@ -84,6 +84,27 @@ def test_messages_tool_result_for_no_tool_use(agent_proc, claude, oai) -> None:
     _serves_on(claude, oai)
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("", "messages[1]: all messages must have non-empty content except for the optional final"),
+        ([], "messages[1]: all messages must have non-empty content except for the optional final"),
+        ([{"type": "text", "text": ""}], "messages[1].content[0]: text content blocks must be"),
+    ],
+)
+def test_messages_empty_content(agent_proc, claude, oai, content, said) -> None:
+    # A final assistant message may be empty (a prefill of nothing); no other message may.
+    messages = [*ASK, {"role": "assistant", "content": content}, *ASK]
+    got = _anthropic_400(
+        agent_proc, lambda: claude.messages.create(model="m", max_tokens=4, messages=messages)
+    )
+    assert got.startswith(said)
+    if isinstance(content, str) or not content:
+        prefill = [*ASK, {"role": "assistant", "content": content}]
+        assert claude.messages.create(model="m", max_tokens=4, extra_body=GREEDY, messages=prefill)
+    _serves_on(claude, oai)
+
+
 def test_messages_max_tokens_past_int64(agent_proc, claude, oai) -> None:
     said = _anthropic_400(
         agent_proc, lambda: claude.messages.create(model="m", max_tokens=BIG, messages=ASK)

@@ -94,6 +94,7 @@ def _convert_messages(messages: list[Message]) -> list[ChatMessage]:
     calls: set[str] = set()  # the tool_use ids of the assistant turn before
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
+        _refuse_empty(message, where, i == len(messages) - 1)
         if isinstance(message.content, str):
             out.append(ChatMessage(message.role, message.content))
         elif message.role == "assistant":
@@ -106,6 +107,21 @@ def _convert_messages(messages: list[Message]) -> list[ChatMessage]:
             joined = i > 0 and messages[i - 1].role == "assistant"
             calls = (calls if joined else set()) | {c.id for c in out[-1].tool_calls}
     return out
+
+
+def _refuse_empty(message: Message, where: str, last: bool) -> None:
+    # Anthropic's two rules: a message has content unless it is the final assistant message
+    # (an empty prefill), and a text block has text.
+    if not message.content and not (last and message.role == "assistant"):
+        raise invalid(
+            f"{where}: all messages must have non-empty content except for the optional final "
+            "assistant message",
+            where,
+        )
+    for j, block in enumerate([] if isinstance(message.content, str) else message.content):
+        if block.type == "text" and not block.text:
+            at = f"{where}.content[{j}]"
+            raise invalid(f"{at}: text content blocks must be non-empty", at)
 
 
 def _assistant(blocks: list[Block], where: str) -> ChatMessage:
