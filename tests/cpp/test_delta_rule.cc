@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/delta_rule.h"
@@ -70,15 +71,19 @@ std::vector<float> stepped(const Tokens& t, std::vector<float>& state, int64_t n
 constexpr DeltaShape kShape{3, 16, 40};
 
 TEST(DeltaRule, EveryStepPathGivesTheScalarBits) {
-  const Tokens t = random_tokens(20, kShape, 1);
-  std::vector<float> want_state = random_state(kShape, 1, 2);
-  const std::vector<float> start = want_state;
-  const auto want = stepped(t, want_state, 20, kShape, CpuPath::kScalar);
-  for (const CpuPath path : kAllPaths) {
-    if (!path_supported(path)) continue;
-    std::vector<float> state = start;
-    EXPECT_EQ(stepped(t, state, 20, kShape, path), want) << path_name(path);
-    EXPECT_EQ(state, want_state) << path_name(path);
+  // v_dim 232 takes each pass of the 512-bit step: 128 columns, 64, then 16 and a masked tail.
+  for (const DeltaShape& shape : {kShape, DeltaShape{2, 16, 232}}) {
+    SCOPED_TRACE("v_dim " + std::to_string(shape.v_dim));
+    const Tokens t = random_tokens(20, shape, 1);
+    std::vector<float> want_state = random_state(shape, 1, 2);
+    const std::vector<float> start = want_state;
+    const auto want = stepped(t, want_state, 20, shape, CpuPath::kScalar);
+    for (const CpuPath path : kAllPaths) {
+      if (!path_supported(path)) continue;
+      std::vector<float> state = start;
+      EXPECT_EQ(stepped(t, state, 20, shape, path), want) << path_name(path);
+      EXPECT_EQ(state, want_state) << path_name(path);
+    }
   }
 }
 
