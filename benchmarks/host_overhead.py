@@ -44,8 +44,9 @@ def measure(
     if not isinstance(forward, CpuLlama):
         raise SystemExit("the model does not run through the C++ CPU forward (not Q8_0/Q4_x?)")
     params = SamplingParams(temperature=temperature, seed=1, max_tokens=tokens, ignore_eos=True)
+    vocab = engine.model_config.vocab  # a test fixture's is about a hundred tokens
     for r in range(batch):
-        prompt = [100 + (i * 7919 + r * 131) % 1000 for i in range(prompt_len)]
+        prompt = [(100 + (i * 7919 + r * 131) % 1000) % vocab for i in range(prompt_len)]
         engine.add_request(f"r{r}", prompt, params)
     started_ids: set[str] = set()
     pairs, made = [], 0  # (wall, forward) of the steps that decoded every request, their tokens
