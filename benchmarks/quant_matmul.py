@@ -10,6 +10,13 @@ multiple of their 256 elements, and the formats gguf cannot quantize to on rando
     PYTHONPATH=python python benchmarks/quant_matmul.py [--repeats 200] [--threads N]
     MET_CPU_ISA=amx PYTHONPATH=python python benchmarks/quant_matmul.py --rows 1,8,16,64,512
     PYTHONPATH=python python benchmarks/quant_matmul.py --qtypes Q4_0,MXFP4 --no-torch
+
+The default model's shapes stay in cache; a decode step reads its weights from memory. For that,
+--copies N cycles each call through N copies of the weights, and --shapes square4096 (not in the
+default list) is a 4096-wide model's projection:
+
+    PYTHONPATH=python python benchmarks/quant_matmul.py --shapes square4096 --copies 4 \
+      --rows 1,2,4 --qtypes Q2_K,Q3_K,Q4_K --no-torch --threads 1
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ SHAPES = {
     "w_down": (576, 1536),
     "lm_head": (49152, 576),
 }
+# Run only when named: weights that, in a few copies, no cache holds.
+LARGE_SHAPES = {"square4096": (4096, 4096)}
 
 
 def _median_seconds(fn, repeats: int) -> tuple[float, float]:
@@ -71,11 +80,13 @@ def _random_layer(qtype: str, n: int, k: int, seed: int) -> QuantLinear:
     return QuantLinear(torch.from_numpy(raw.reshape(n, -1)), qtype, n, k)
 
 
-def _runner(op: QuantLinear | torch.Tensor, x: torch.Tensor):
-    if isinstance(op, QuantLinear):
-        return lambda: op(x)
-    xs = x.to(op.dtype)
-    return lambda: torch.nn.functional.linear(xs, op)
+def _runner(ops: list[QuantLinear] | list[torch.Tensor], x: torch.Tensor):
+    """One call of the next of `ops` (the copies of one weight) on x."""
+    turn = iter(range(1 << 62))
+    if isinstance(ops[0], QuantLinear):
+        return lambda: ops[next(turn) % len(ops)](x)
+    xs = x.to(ops[0].dtype)
+    return lambda: torch.nn.functional.linear(xs, ops[next(turn) % len(ops)])
 
 
 def main() -> None:
@@ -86,6 +97,9 @@ def main() -> None:
     parser.add_argument("--qtypes", default=",".join(QTYPES), help="comma-separated formats")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch fp32/bf16 rows")
+    parser.add_argument(
+        "--copies", type=int, default=1, help="weight copies each call cycles through"
+    )
     args = parser.parse_args()
     rows = [int(m) for m in args.rows.split(",")]
     torch.set_num_threads(args.threads)
@@ -96,26 +110,32 @@ def main() -> None:
     print("|" + "---|" * len(header))
     gen = torch.Generator().manual_seed(0)
     for name in args.shapes.split(","):
-        n, k = SHAPES[name]
+        n, k = {**SHAPES, **LARGE_SHAPES}[name]
         weight = torch.randn(n, k, generator=gen) * 0.05
         repeats = max(5, args.repeats // 10) if name == "lm_head" else args.repeats
         candidates = {}
         if not args.no_torch:
             bf16 = weight.bfloat16()
-            candidates["torch fp32"] = (weight, weight.numel() * 4)
-            candidates["torch bf16"] = (bf16, bf16.numel() * 2)
+            candidates["torch fp32"] = (
+                [weight.clone() for _ in range(args.copies)],
+                weight.numel() * 4,
+            )
+            candidates["torch bf16"] = (
+                [bf16.clone() for _ in range(args.copies)],
+                bf16.numel() * 2,
+            )
         for qtype in args.qtypes.split(","):
             if k % _core.cpu.block_elements(qtype):
                 continue
             if qtype in _RANDOM_BLOCKS:
-                layer = _random_layer(qtype, n, k, n)
+                layers = [_random_layer(qtype, n, k, n + c) for c in range(args.copies)]
             else:
-                layer = QuantLinear.from_float(weight, qtype)
-            candidates[f"met {qtype}"] = (layer, layer.nbytes)
+                layers = [QuantLinear.from_float(weight, qtype) for _ in range(args.copies)]
+            candidates[f"met {qtype}"] = (layers, layers[0].nbytes)
         for m in rows:
             x = torch.randn(m, k, generator=gen)
-            for kind, (op, nbytes) in candidates.items():
-                fn = _runner(op, x)
+            for kind, (ops, nbytes) in candidates.items():
+                fn = _runner(ops, x)
                 with torch.inference_mode():
                     median, spread = _median_seconds(fn, repeats)
                 row = (
