@@ -1,11 +1,14 @@
-// Binds met::BlockManager as met._core.BlockManager. Token arguments take any int sequence: a
-// C-contiguous int32 numpy array is read in place (no copy), a list is converted once.
+// Binds met::BlockManager as met._core.BlockManager and met::StatePool as met._core.StatePool.
+// Token arguments take any int sequence: a C-contiguous int32 numpy array is read in place (no
+// copy), a list is converted once.
 // check_invariants raises RuntimeError (std::logic_error); bad arguments raise ValueError.
 #include "met/block_manager.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include "met/state_pool.h"
 
 namespace py = pybind11;
 
@@ -20,7 +23,21 @@ const int32_t* tokens_ptr(const TokenArray& a) {
 }
 }  // namespace
 
+void bind_state_pool(py::module_& m) {
+  py::class_<StatePool>(m, "StatePool",
+                        "A hybrid model's recurrent-state slots, one per live sequence.")
+      .def(py::init<int32_t>(), py::arg("num_slots"))
+      .def("allocate", &StatePool::allocate, py::arg("seq"))
+      .def("release", &StatePool::release, py::arg("seq"))
+      .def("has", &StatePool::has, py::arg("seq"))
+      .def("slot", &StatePool::slot, py::arg("seq"))
+      .def("num_slots", &StatePool::num_slots)
+      .def("num_free", &StatePool::num_free)
+      .def("check_invariants", &StatePool::check_invariants);
+}
+
 void bind_block_manager(py::module_& m) {
+  bind_state_pool(m);
   py::class_<BlockManager>(m, "BlockManager",
                            "Paged KV blocks with ref counts, an LRU free list and a prefix cache.")
       .def(py::init<int32_t, int32_t, bool, bool>(), py::arg("num_blocks"), py::arg("block_size"),

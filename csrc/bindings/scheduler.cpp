@@ -125,14 +125,21 @@ void bind_scheduler(py::module_& m) {
   bind_values(m);
   m.def("plan_chunk_len", &plan_chunk_len, py::arg("off"), py::arg("total"), py::arg("proposed"),
         py::arg("block_size"));
-  // keep_alive: the scheduler holds the backend and the block manager by reference. With a
-  // block manager the scheduler owns the KV bookkeeping (met/kv_ledger.h).
+  // keep_alive: the scheduler holds the backend, the block manager and the state pool by
+  // reference. With a block manager the scheduler owns the KV bookkeeping (met/kv_ledger.h), with
+  // a state pool (which needs one) a hybrid model's state slots too.
   py::class_<Scheduler>(m, "Scheduler")
-      .def(py::init([](Backend& backend, SchedulerConfig cfg, BlockManager* blocks) {
-             return std::make_unique<Scheduler>(backend, std::move(cfg), nullptr, nullptr, blocks);
-           }),
+      .def(py::init(
+               [](Backend& backend, SchedulerConfig cfg, BlockManager* blocks, StatePool* states) {
+                 if (states != nullptr && blocks == nullptr) {
+                   throw py::value_error("Scheduler: a state pool needs a block manager");
+                 }
+                 return std::make_unique<Scheduler>(backend, std::move(cfg), nullptr, nullptr,
+                                                    blocks, states);
+               }),
            py::arg("backend"), py::arg("config") = SchedulerConfig{}, py::arg("blocks") = nullptr,
-           py::keep_alive<1, 2>(), py::keep_alive<1, 4>())
+           py::arg("states") = nullptr, py::keep_alive<1, 2>(), py::keep_alive<1, 4>(),
+           py::keep_alive<1, 5>())
       .def("add_request", &Scheduler::add_request, py::arg("request"))
       .def("abort_request", &Scheduler::abort_request, py::arg("id"))
       .def("close_inbox", &Scheduler::close_inbox)

@@ -25,6 +25,7 @@ void bind_types(py::module_& m) {
       .def_readwrite("tokens", &Sequence::tokens)
       .def_readwrite("block_table", &Sequence::block_table)
       .def_readwrite("cached_len", &Sequence::cached_len)
+      .def_readwrite("state_slot", &Sequence::state_slot)
       // tokens[start:] without copying the rest out (a grammar syncs with the output only).
       .def(
           "tokens_from",

@@ -32,11 +32,25 @@ int32_t KvLedger::match_prefix(Sequence& seq, const std::vector<int32_t>& prompt
   return cached;
 }
 
+void KvLedger::alloc_sequence(Sequence& seq, int32_t budget) {
+  if (states_ == nullptr) return device_.alloc_sequence(seq, budget);
+  seq.state_slot = states_->allocate(seq.session_hash);
+  try {
+    device_.alloc_sequence(seq, budget);
+  } catch (...) {
+    states_->release(seq.session_hash);
+    seq.state_slot = -1;
+    throw;
+  }
+}
+
 void KvLedger::free_sequence(Sequence& seq) {
   if (blocks_.has(seq.session_hash)) blocks_.release(seq.session_hash);
   seq.block_table.clear();
   seq.tokens.clear();
   device_.free_sequence(seq);
+  if (states_ != nullptr && states_->has(seq.session_hash)) states_->release(seq.session_hash);
+  seq.state_slot = -1;
 }
 
 // A sequence prefilled again after a preemption has no table until its first forward.

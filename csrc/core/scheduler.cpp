@@ -49,8 +49,8 @@ std::string spec_off_reason(SpecMode mode, const SamplingParams& p) {
 }
 
 Scheduler::Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink, TraceHooks* hooks,
-                     BlockManager* blocks)
-    : ledger_(blocks != nullptr ? std::make_unique<KvLedger>(backend, *blocks) : nullptr),
+                     BlockManager* blocks, StatePool* states)
+    : ledger_(blocks != nullptr ? std::make_unique<KvLedger>(backend, *blocks, states) : nullptr),
       backend_(ledger_ ? *ledger_ : backend),
       hooks_(hooks),
       cfg_(std::move(cfg)),

@@ -97,8 +97,8 @@ void Scheduler::resume_requeued() {
     const auto h = static_cast<int32_t>(history.size());
     if (blocks_for(h, block_size_) > backend_.num_free_blocks()) return;
     l.seq = Sequence{};
+    l.seq.session_hash = l.req.id;  // before alloc: the ledger's state slot is keyed by it
     backend_.alloc_sequence(l.seq, -1);
-    l.seq.session_hash = l.req.id;
     l.seq.prompt_len = l.prompt_len();
     if (hooks_ != nullptr) hooks_->acquire_adapter_slot(kNoAdapter);
     announce(l.seq, h, 0, history);

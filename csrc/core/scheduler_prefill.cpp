@@ -15,8 +15,8 @@ void Scheduler::start_prefill(Request r) {
   const std::vector<int32_t>& prompt = live->req.prompt;
   const int32_t total = live->prompt_len();
   const bool chunked = cfg_.max_prefill_tokens > 0;
+  seq.session_hash = live->req.id;  // before alloc: the ledger's state slot is keyed by it
   backend_.alloc_sequence(seq, chunked ? total + live->req.params.max_tokens : -1);
-  seq.session_hash = live->req.id;
   seq.prompt_len = total;
   const int32_t cached = backend_.match_prefix(seq, prompt);
   live->cached = cached == kMatchInCore ? 0 : cached;  // no block manager: no prefix cache

@@ -36,7 +36,10 @@ class EchoDevice : public Backend {
     ADD_FAILURE() << "the ledger answers num_free_blocks";
     return 0;
   }
-  void alloc_sequence(Sequence& seq, int32_t /*budget*/) override { seq.slot = next_slot_++; }
+  void alloc_sequence(Sequence& seq, int32_t /*budget*/) override {
+    seq.slot = next_slot_++;
+    state_slots.push_back(seq.state_slot);
+  }
   void free_sequence(Sequence& seq) override {
     EXPECT_TRUE(seq.block_table.empty());
     seq.slot = kDetachedSlot;
@@ -79,6 +82,7 @@ class EchoDevice : public Backend {
   }
 
   std::vector<ReferenceCall> calls;
+  std::vector<int32_t> state_slots;  // each alloc_sequence's Sequence::state_slot
   int restores = 0;
   int sampled_logits = 0;  // rows sampled through sample_logits
 

@@ -11,6 +11,7 @@
 #include "met/block_manager.h"
 #include "met/kv_ledger.h"
 #include "met/scheduler.h"
+#include "met/state_pool.h"
 #include "met/step_plan.h"
 
 namespace met {
@@ -115,6 +116,26 @@ TEST(KvLedgerScheduler, ExhaustionPreemptsAndTheOutputsStandUnchanged) {
     EXPECT_EQ(e.output, counting(first, 8)) << "request " << e.request_id;
   }
   EXPECT_EQ(blocks.num_free_blocks(), 5);
+  blocks.check_invariants();
+}
+
+// With a state pool (a hybrid model's), each admission, the preempted sequence's again included,
+// reaches the device holding a state slot, and every slot is free at the end.
+TEST(KvLedgerScheduler, EverySequenceHoldsAStateSlotFromAdmissionToRelease) {
+  BlockManager blocks(5, 4);
+  StatePool states(2);
+  EchoDevice device(4, 100);
+  Scheduler sched(device, SchedulerConfig{}, nullptr, nullptr, &blocks, &states);
+  sched.add_request(request(1, counting(1, 5), 8));
+  sched.add_request(request(2, counting(30, 5), 8));
+  ASSERT_EQ(run(sched).size(), 2u);
+  EXPECT_EQ(sched.stats().preemptions, 1);
+  ASSERT_EQ(device.state_slots.size(), 3u);  // two admissions and the resumed one
+  EXPECT_EQ(device.state_slots[0], 0);
+  EXPECT_EQ(device.state_slots[1], 1);
+  EXPECT_GE(device.state_slots[2], 0);
+  EXPECT_EQ(states.num_free(), 2);
+  states.check_invariants();
   blocks.check_invariants();
 }
 

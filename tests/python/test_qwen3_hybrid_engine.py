@@ -1,6 +1,7 @@
 """A hybrid model (Qwen3.5-MoE's recurrent + gated attention layers) through the engine: each
-sequence's recurrent state zeroed at admission, carried across prefill chunks and moved with its
-slot, every slot free again after finish, abort and preemption; speculation exact (spec on =
+sequence's recurrent state zeroed at admission in its state slot (the scheduler's StatePool),
+carried across prefill chunks, kept there while its batch row is compacted, every slot free again
+after finish, abort and preemption; speculation exact (spec on =
 off), greedy tokens batch-invariant and transformers' own (prefix caching: test_qwen3_hybrid_
 prefix.py)."""
 
@@ -32,7 +33,11 @@ def _tokens(llm: met.LLM, prompts: list[list[int]]) -> list[list[int]]:
 
 
 def _all_slots_free(llm: met.LLM) -> bool:
-    return sorted(llm.engine.backend._free_slots) == list(range(OPTIONS["max_num_seqs"]))
+    """Every batch row and every recurrent-state slot (the scheduler's StatePool) is free."""
+    states = llm.engine.states
+    states.check_invariants()
+    n = OPTIONS["max_num_seqs"]
+    return sorted(llm.engine.backend._free_slots) == list(range(n)) and states.num_free() == n
 
 
 def test_greedy_tokens_are_transformers_and_batch_invariant(hybrid):
@@ -47,6 +52,28 @@ def test_greedy_tokens_are_transformers_and_batch_invariant(hybrid):
         picked = logits[torch.arange(len(out)), torch.tensor(out)]
         # transformers' argmax, up to near-ties (met's logits are within 2e-5 of its largest).
         assert bool((logits.max(-1).values - picked <= 1e-4 * logits.abs().max()).all())
+
+
+def test_a_state_stays_with_its_sequence_when_the_batch_rows_are_compacted(hybrid, monkeypatch):
+    # The first request ends early: the rows after it move down, their states do not.
+    params = [
+        met.SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (2, 12, 12)
+    ]
+    with met.LLM(model=str(hybrid[1]), **OPTIONS) as llm:
+        alone = [_tokens(llm, [p])[0] for p in PROMPTS]
+        backend, moves = llm.engine.backend, []
+        compact = backend.compact_sequence
+
+        def counted(seq, new_slot):
+            moves.append(new_slot != seq.slot)
+            return compact(seq, new_slot)
+
+        monkeypatch.setattr(backend, "compact_sequence", counted)
+        outputs = llm.generate(prompt_token_ids=PROMPTS, sampling_params=params)
+        assert any(moves) and _all_slots_free(llm)
+    together = [o.token_ids for o in outputs]
+    assert together[0] == alone[0][:2]
+    assert [t[:10] for t in together[1:]] == alone[1:]
 
 
 def test_quantized_greedy_tokens_are_batch_invariant(tmp_path):

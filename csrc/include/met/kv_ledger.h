@@ -1,12 +1,14 @@
 // Owns: nothing itself; it is the scheduler's hold on the KV blocks (a BlockManager it does not
-// own) and on each sequence's one token history (Sequence::tokens).
+// own), on a hybrid model's recurrent-state slots (a StatePool, likewise) and on each sequence's
+// one token history (Sequence::tokens).
 // Called by: the scheduler and its effect applier, as their Backend, when the scheduler was built
 // with a block manager; it forwards every call to the device backend it wraps.
 // Invariants: before a plan reaches the device every row's table covers the row's tokens and
 // seq->block_table is that table, or KvExhausted is thrown and no row advanced; after the device
 // ran it, each row's tokens are in seq->tokens, seq->seq_len is their count and every full block
 // that is final (not a verify row's draft) is committed to the prefix cache. A sequence's table
-// lives from its prefix match (or first forward) to free_sequence.
+// lives from its prefix match (or first forward) to free_sequence; with a state pool, so does its
+// state slot (Sequence::state_slot), from alloc_sequence.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +16,14 @@
 
 #include "met/backend.h"
 #include "met/block_manager.h"
+#include "met/state_pool.h"
 
 namespace met {
 
 class KvLedger : public Backend {
  public:
-  KvLedger(Backend& device, BlockManager& blocks) : device_(device), blocks_(blocks) {}
+  KvLedger(Backend& device, BlockManager& blocks, StatePool* states = nullptr)
+      : device_(device), blocks_(blocks), states_(states) {}
 
   DeviceInfo open() override { return device_.open(); }
   // Free blocks as the block manager counts them (no call into the device backend).
@@ -30,11 +34,12 @@ class KvLedger : public Backend {
   // Transition: the block manager's allocate_prefix (cached blocks revived or shared).
   int32_t match_prefix(Sequence& seq, const std::vector<int32_t>& prompt) override;
 
-  void alloc_sequence(Sequence& seq, int32_t budget) override {
-    device_.alloc_sequence(seq, budget);
-  }
+  // With a state pool the sequence first takes a state slot (the pool's allocate), which the
+  // device then starts from zero; then the device gives it a batch row.
+  void alloc_sequence(Sequence& seq, int32_t budget) override;
   // Transition: the block manager's release of the sequence's table (blocks to the free list,
-  // hashed ones as cached); then the device frees the slot.
+  // hashed ones as cached); then the device frees the slot; then the pool's release of its state
+  // slot.
   void free_sequence(Sequence& seq) override;
   void compact_sequence(Sequence& seq, int64_t new_slot) override {
     device_.compact_sequence(seq, new_slot);
@@ -70,6 +75,7 @@ class KvLedger : public Backend {
 
   Backend& device_;
   BlockManager& blocks_;
+  StatePool* states_;  // null: no recurrent layers
 };
 
 }  // namespace met

@@ -135,10 +135,12 @@ class Scheduler {
   // `sink` and `hooks` are the recording harness's (fx lines, the reference's no-op calls).
   // With `blocks` the scheduler owns the KV bookkeeping: every backend call goes through a
   // KvLedger over it (tables grown before each forward, token history and prefix-cache commits
-  // after it, release with the sequence). Without, the backend keeps its own (the recording
-  // fake's block counter).
+  // after it, release with the sequence), and with `states` (a hybrid model's) also each
+  // sequence's recurrent-state slot. Without, the backend keeps its own (the recording fake's
+  // block counter).
   Scheduler(Backend& backend, SchedulerConfig cfg, TraceSink* sink = nullptr,
-            TraceHooks* hooks = nullptr, BlockManager* blocks = nullptr);
+            TraceHooks* hooks = nullptr, BlockManager* blocks = nullptr,
+            StatePool* states = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;

@@ -27,6 +27,8 @@ struct Sequence {
   std::vector<int32_t> tokens;       // every token whose KV is written, prompt first
   std::vector<int32_t> block_table;  // KV pages, in position order
   int32_t cached_len = 0;            // prompt tokens whose KV came from the prefix cache
+  // Its recurrent-state slot (a hybrid model's; the scheduler's StatePool), -1: none.
+  int32_t state_slot = -1;
 };
 
 // What a user asked for: the sampler reads it, the scheduler reads the stop/length fields.

@@ -106,7 +106,12 @@ class EngineCore:
         # the C++ CPU forward it runs decode steps itself (DirectForward).
         self.scheduler_backend = self.backend.for_scheduler()
         settings = self._scheduler_config()
-        self.scheduler = _core.Scheduler(self.scheduler_backend, settings, self.blocks)
+        # A hybrid model's recurrent-state slots, held by the scheduler beside the KV blocks.
+        state = getattr(kv_cache, "state", None)
+        self.states = None if state is None else _core.StatePool(state.n_slots)
+        self.scheduler = _core.Scheduler(
+            self.scheduler_backend, settings, self.blocks, self.states
+        )
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
         self._by_name: dict[str, int] = {}

@@ -86,7 +86,7 @@ class StateCheckpoints:
             # Only the blocks before the checkpoint: those after it are computed anew.
             if blocks.allocate_prefix(seq_id, list(prompt[: length + 1])) == length:
                 self._index.move_to_end(keys[boundary - 1])
-                self.state.restore_checkpoint(index, seq.slot)
+                self.state.restore_checkpoint(index, seq.state_slot)
                 return length
             blocks.release(seq_id)
             self._drop(keys[boundary - 1])  # its blocks were evicted
@@ -143,7 +143,7 @@ class StateCheckpoints:
             index = self._take()
             if index is None:
                 return
-            self.state.checkpoint(index, seq.slot, token if row.draft else None)
+            self.state.checkpoint(index, seq.state_slot, token if row.draft else None)
             self._index[key], written = index, True
         moved_on = previous is not None and previous.written and previous.key != key
         if moved_on and self._index.get(previous.key) == previous.index:

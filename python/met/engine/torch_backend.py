@@ -112,9 +112,11 @@ class TorchBackend(_core.Backend):
 
     # --- sequences ---
     def alloc_sequence(self, seq: _core.Sequence, budget: int) -> None:
+        """A hybrid model's sequence comes with its state slot (the scheduler's StatePool), which
+        starts from zero."""
         seq.slot = self._free_slots.pop()
-        if self._state is not None:  # a hybrid model's sequence starts from a zeroed state
-            self._state.reset([seq.slot])
+        if self._state is not None:
+            self._state.reset([seq.state_slot])
 
     def free_sequence(self, seq: _core.Sequence) -> None:
         """The scheduler released the sequence's blocks already; its slot is this backend's."""
@@ -127,9 +129,7 @@ class TorchBackend(_core.Backend):
             return
         self._free_slots.remove(new_slot)
         self._release_slot(seq.slot)
-        if self._state is not None:  # the recurrent state moves with the sequence's row
-            self._state.move(seq.slot, new_slot)
-        seq.slot = new_slot
+        seq.slot = new_slot  # a recurrent state stays in its state slot
 
     def _release_slot(self, slot: int) -> None:
         self._free_slots.append(slot)
@@ -149,7 +149,7 @@ class TorchBackend(_core.Backend):
         if self._state is not None:
             # The recurrent state ran over every draft; put back the one after the last that
             # stands (the verify forward kept each token's).
-            self._state.restore(seq.slot, na)
+            self._state.restore(seq.state_slot, na)
 
     def _forward(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
         if self.constraints:
@@ -189,7 +189,7 @@ class TorchBackend(_core.Backend):
         if self._state is None:
             return {}
         return {
-            "state_slots": [row.seq.slot for row in rows],
+            "state_slots": [row.seq.state_slot for row in rows],
             "state_checkpoints": self._marks,
             "verify": [row.draft for row in rows],
         }
@@ -258,7 +258,7 @@ class TorchBackend(_core.Backend):
     ) -> dict[str, torch.Tensor]:
         inputs = pack_rows(rows, tables, self.blocks.block_size(), self.model.device, spread)
         if self._state is not None:
-            slots = [row.seq.slot for row in rows]
+            slots = [row.seq.state_slot for row in rows]
             inputs["state_slots"] = torch.tensor(slots, device=self.model.device)
             if any(row.draft for row in rows):
                 drafts = [row.draft for row in rows]

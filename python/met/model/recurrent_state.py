@@ -49,11 +49,6 @@ class RecurrentState:
     def n_slots(self) -> int:
         return self.conv.shape[1]
 
-    def move(self, source: int, target: int) -> None:
-        """Copy slot `source`'s state to `target` (the scheduler compacting its rows)."""
-        self.conv[:, target] = self.conv[:, source]
-        self.delta[:, target] = self.delta[:, source]
-
     def keep_snapshots(self, depth: int) -> None:
         """Room for `depth` tokens' states per slot (allocated on the first verify row)."""
         if self.snap_conv is None or self.snap_conv.shape[2] < depth:
