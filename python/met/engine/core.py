@@ -109,9 +109,7 @@ class EngineCore:
         # A hybrid model's recurrent-state slots, held by the scheduler beside the KV blocks.
         state = getattr(kv_cache, "state", None)
         self.states = None if state is None else _core.StatePool(state.n_slots)
-        self.scheduler = _core.Scheduler(
-            self.scheduler_backend, settings, self.blocks, self.states
-        )
+        self.scheduler = _core.Scheduler(self.scheduler_backend, settings, self.blocks, self.states)
         self._ids = itertools.count(1)
         self._live: dict[int, _Live] = {}
         self._by_name: dict[str, int] = {}
