@@ -48,6 +48,7 @@ class _Turn:
     key: int
     index: int
     written: bool  # by this sequence (then its next boundary's takes its place)
+    final: bool  # its tokens all stand (not a verify row's drafts, which may be rejected)
 
 
 class StateCheckpoints:
@@ -148,13 +149,15 @@ class StateCheckpoints:
         moved_on = previous is not None and previous.written and previous.key != key
         if moved_on and self._index.get(previous.key) == previous.index:
             self._drop(previous.key)  # one turn checkpoint per sequence
-        self._turns[seq.session_hash] = _Turn(boundary, key, index, written)
+        final = not row.draft or token == 0  # a verify row's first token is the sampled one
+        self._turns[seq.session_hash] = _Turn(boundary, key, index, written, final)
 
     def _turn_key(self, row: Row, boundary: int, previous: _Turn | None) -> int:
-        # The chain from the sequence's previous boundary when it is the block before, else
-        # from the whole history (once a sequence: its first boundary in decode).
+        # The chain from the sequence's previous boundary when it is the block before and its
+        # tokens stand, else from the whole history (its first boundary in decode, or after
+        # drafts).
         bs, seq = self.block_size, row.seq
-        if previous is None or previous.boundary != boundary - bs:
+        if previous is None or previous.boundary != boundary - bs or not previous.final:
             return self._keys(seq.tokens + row.tokens, boundary // bs)[-1]
         first = min(boundary - bs, row.start)
         tail = seq.tokens_from(first) + row.tokens
