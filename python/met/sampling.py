@@ -51,6 +51,10 @@ class SamplingParams:
     # pipeline asks for it when a tool-call format's markers are control tokens.
     skip_special_tokens: bool = True
     constraint: Constraint | None = None  # structured output (met.constraints)
+    # Where a chat's rendered history ends in the prompt (the chat pipeline sets it for a hybrid
+    # model): the next turn repeats the prompt up to there but not always the generation prompt
+    # after it, so a hybrid model keeps its recurrent state at the block boundary before it.
+    history_end: int | None = None
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Raise ValueError("<param>: <why>") for the first out-of-range field."""

@@ -7,6 +7,8 @@ C++ one (Q8_0 blocks)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from gguf_writing import Q
 from hybrid_fixtures import build, write_gguf
@@ -92,6 +94,22 @@ def test_a_reply_keeps_one_checkpoint_at_the_last_block_its_decode_passed(hybrid
     if speculative != "off":
         assert spec.verify_steps > 0 and spec.drafted > spec.accepted
     assert reply == _uncached(hybrid_file, [turn])[0]
+
+
+def test_the_next_turn_resumes_where_the_last_prompts_history_ended(hybrid_file):
+    # A chat prompt is its history, then a generation prompt that the next turn's rendering of
+    # the history does not repeat: its last full block (48) covers both, so only the checkpoint
+    # at the history's end (SamplingParams.history_end, 40: the block boundary 32) resumes it.
+    first = PROMPT + [7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    turn = PROMPT + [20, 21, 22, 23, 24, 25, 26, 27]
+    marked = dataclasses.replace(GREEDY, history_end=len(PROMPT))
+    resumed = {}
+    for params in (GREEDY, marked):
+        with met.LLM(model=hybrid_file, **OPTIONS) as llm:
+            llm.generate(prompt_token_ids=[first], sampling_params=params)
+            resumed[params.history_end] = _run(llm, turn)
+    assert resumed[None][1] == 0 and resumed[len(PROMPT)][1] == 32
+    assert resumed[None][0] == resumed[len(PROMPT)][0] == _uncached(hybrid_file, [turn])[0]
 
 
 def test_a_shared_opening_resumes_from_a_checkpoint_inside_the_first_prompt(

@@ -51,6 +51,20 @@ def test_chat_plain_and_streamed(server):
     assert streamed == choice.message.content
 
 
+def test_the_next_turn_resumes_where_the_last_ones_history_ended(server):
+    # The template renders a past reply without the empty think block its generation prompt
+    # opened, so the first prompt's last full block is not the next turn's; the checkpoint at
+    # the end of the rendered history (before the generation prompt) is.
+    client = server.openai()
+    ask = [{"role": "system", "content": "Be brief. " * 8}, {"role": "user", "content": "hello"}]
+    args = dict(model="qwen35moe", max_tokens=4, temperature=0, extra_body=NO_THINKING)
+    first = client.chat.completions.create(messages=ask, **args)
+    reply = {"role": "assistant", "content": first.choices[0].message.content}
+    turn = client.chat.completions.create(messages=[*ask, reply, ask[1]], **args)
+    cached = turn.usage.prompt_tokens_details.cached_tokens
+    assert cached > 0 and cached % 16 == 0 and cached < first.usage.prompt_tokens
+
+
 def test_forced_tool_call_through_openai_and_anthropic(server):
     client = server.openai()
     out = client.chat.completions.create(

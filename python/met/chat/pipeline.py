@@ -96,6 +96,7 @@ def prepare(state: ServedModel, request: ChatRequest) -> PreparedChat:
         kwargs["reasoning_effort"] = request.reasoning_effort
     prompt_ids = render(engine, messages, kwargs)
     params = copy.deepcopy(request.params)
+    params.history_end = _history_end(engine, messages, kwargs, prompt_ids)
     params.max_tokens = fit_max_tokens(
         len(prompt_ids), params.max_tokens, engine.max_model_len, "messages"
     )
@@ -217,6 +218,29 @@ def _plan(
         json_mode=kind == "json_object",
         specials=specials,
     )
+
+
+def _history_end(
+    engine: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any], prompt_ids: list[int]
+) -> int | None:
+    """For a model that resumes prompts from state checkpoints (a hybrid), how many prompt tokens
+    the history rendered without the generation prompt shares with the prompt: the next turn
+    repeats those, while templates render a past reply unlike what its generation prompt began
+    (Qwen3.5's empty think block)."""
+    if not getattr(engine, "keeps_state_checkpoints", False):
+        return None
+    try:
+        history = engine.tokenizer.encode_chat(
+            messages, **{**kwargs, "add_generation_prompt": False}
+        )
+    except ValueError:  # a template that insists on its generation prompt
+        return None
+    shared = 0
+    for a, b in zip(history, prompt_ids, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return shared
 
 
 def render(engine: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:

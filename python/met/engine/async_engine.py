@@ -105,6 +105,11 @@ class AsyncEngine:
         return self.core.max_model_len
 
     @property
+    def keeps_state_checkpoints(self) -> bool:
+        """A hybrid model with the prefix cache on: it resumes prompts from state checkpoints."""
+        return self.core.backend.checkpoints is not None
+
+    @property
     def capacity(self):
         """The CapacityPlan: weights, KV pool, what fits (met.engine.capacity)."""
         return self.core.capacity

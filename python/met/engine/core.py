@@ -220,6 +220,8 @@ class EngineCore:
             self.backend.constraints[rid] = self.grammar.start(params.constraint)
         if params.prompt_logprobs is not None:
             self.backend.prompt_scores[rid] = PromptScores(prompt_token_ids, params.prompt_logprobs)
+        if params.history_end is not None:
+            self.backend.history_ends[rid] = params.history_end
         self._live[rid] = _Live(state, time.monotonic())
         self._by_name[name] = rid
         self.scheduler.add_request(request)
@@ -286,6 +288,7 @@ class EngineCore:
     def _forget(self, rid: int) -> None:
         self.backend.constraints.pop(rid, None)
         self.backend.prompt_scores.pop(rid, None)
+        self.backend.history_ends.pop(rid, None)
         live = self._live.pop(rid, None)
         if live is not None:
             self._by_name.pop(live.state.request_id, None)

@@ -94,16 +94,19 @@ class StateCheckpoints:
         blocks.allocate_prefix(seq_id, [])
         return 0
 
-    def plan(self, rows: list[Row]) -> list[int]:
+    def plan(self, rows: list[Row], history_ends: dict[int, int]) -> list[int]:
         """The (row, position, index) triples, flat, of the checkpoints this forward's prompt
-        rows pass; their keys count once the forward has run (commit)."""
+        rows pass (`history_ends`: where a chat prompt's rendered history ends, by request
+        id); their keys count once the forward has run (commit)."""
         marks: list[int] = []
         for i, row in enumerate(rows):
             end = row.start + len(row.tokens)
             if row.draft or len(row.tokens) < 2 or row.start >= row.seq.prompt_len:
                 continue
             known = row.seq.tokens + row.tokens  # the history before this row, then the row
-            for position in self._positions(row.start, min(end, row.seq.prompt_len), row):
+            history = history_ends.get(row.seq.session_hash)
+            positions = self._positions(row.start, min(end, row.seq.prompt_len), row, history)
+            for position in positions:
                 key = self._keys(known, position // self.block_size)[-1]
                 if key in self._index:
                     self._index.move_to_end(key)
@@ -168,12 +171,15 @@ class StateCheckpoints:
         self._free += [index for _, index in self._pending]
         self._pending.clear()
 
-    def _positions(self, start: int, end: int, row: Row) -> list[int]:
-        # Block boundaries in (start, end]: every interval's, and the prompt's last full block.
-        last = row.seq.prompt_len // self.block_size * self.block_size
+    def _positions(self, start: int, end: int, row: Row, history: int | None) -> list[int]:
+        # Block boundaries in (start, end]: every interval's, the prompt's last full block and
+        # the one before its rendered history's end.
+        bs = self.block_size
         wanted = {p for p in range(start + 1, end + 1) if p % self.interval == 0}
-        if start < last <= end:
-            wanted.add(last)
+        for position in (row.seq.prompt_len, history or 0):
+            boundary = min(position, row.seq.prompt_len) // bs * bs
+            if start < boundary <= end:
+                wanted.add(boundary)
         return sorted(wanted)
 
     def _take(self) -> int | None:

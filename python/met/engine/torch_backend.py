@@ -53,6 +53,9 @@ class TorchBackend(_core.Backend):
         # Prompt-logprob requests' scores by request id (the engine adds them, and takes them
         # with the first token).
         self.prompt_scores: dict[int, PromptScores] = {}
+        # Where chat requests' rendered histories end in their prompts, by request id (the engine
+        # adds them from SamplingParams.history_end; a hybrid's checkpoints read them).
+        self.history_ends: dict[int, int] = {}
         self.streams = _cuda_streams(model.device)
         # The C++ CPU forward and the GPU one pack rows themselves (CpuLlama / CudaLlama).
         self._forward_rows = getattr(model, "forward_rows", None)
@@ -156,7 +159,7 @@ class TorchBackend(_core.Backend):
             self._prefetch_masks(rows)
         self._logits_stream = stream
         # A hybrid's state checkpoints this forward writes (_pack, forward_rows read them).
-        self._marks = self.checkpoints.plan(rows) if self.checkpoints else []
+        self._marks = self.checkpoints.plan(rows, self.history_ends) if self.checkpoints else []
         try:
             self._run_rows(rows, tables, stream, spread)
         except BaseException:
