@@ -95,10 +95,7 @@ void bind_plan(py::module_& m) {
       .def_readonly("start", &PlanRow::start)
       .def_readonly("tokens", &PlanRow::tokens)
       .def_readonly("draft", &PlanRow::draft)
-      .def_readonly("last_chunk", &PlanRow::last_chunk)
-      // The whole prompt of a prefill chunk (a copy: only the EP announcement reads it).
-      .def_property_readonly(
-          "prompt", [](const PlanRow& r) { return r.prompt ? *r.prompt : std::vector<int32_t>{}; });
+      .def_readonly("last_chunk", &PlanRow::last_chunk);
   py::class_<StepPlan>(m, "StepPlan")
       .def_readonly("call", &StepPlan::call)
       .def_readonly("stream", &StepPlan::stream)

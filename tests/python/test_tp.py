@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 from model_fixtures import (
     byte_tokenizer_json,
     random_weights,
@@ -20,7 +19,7 @@ from model_fixtures import (
 from server_harness import ServerProcess, free_port, start_server
 
 import met
-from met.parallel.protocol import EP_FREE, EP_PREFILL, EP_SHUTDOWN
+from met.parallel.protocol import PlannedRow, pack_plan, unpack_plan
 from met.parallel.shard import ShardError, check_divisible
 from met.parallel.worker import Mirror, ProtocolError
 from met.sampling import SamplingParams
@@ -52,32 +51,37 @@ def test_two_ranks_give_the_single_process_tokens(tiny_model: Path) -> None:
     assert _greedy_tokens(tiny_model, 2) == _greedy_tokens(tiny_model, 1)
 
 
-def test_worker_mirrors_the_trace_ep_words() -> None:
-    """The announcement sequence of trace spec 5.4 step 5 and the release word of 5.9."""
-    mirror = Mirror()
-    mirror.on_seq_word(3, EP_PREFILL)
-    for word in (8, 0, 21):  # chunk length, chunk start, prompt length
-        mirror.on_word(word)
-    mirror.on_tokens(PROMPTS[1])
-    assert mirror.prompts == {3: PROMPTS[1]}
-    mirror.on_forward(torch.tensor(PROMPTS[1][:8]), torch.arange(8))  # the announced chunk
-    mirror.on_forward(torch.tensor([5]), torch.tensor([30]))  # any later forward: unchecked
-    mirror.on_seq_word(3, EP_FREE)
-    assert mirror.prompts == {} and not mirror.stopped
-    with pytest.raises(ProtocolError, match="without a complete prefill announcement"):
-        mirror.on_tokens([1, 2])
-    mirror.on_seq_word(0, EP_SHUTDOWN)
-    assert mirror.stopped
+def test_a_plan_travels_as_its_rows() -> None:
+    rows = [PlannedRow(3, 0, 21, PROMPTS[1][:8], [4]), PlannedRow(0, 9, 7, [5], [0])]
+    payload = pack_plan(rows)
+    assert unpack_plan(2, payload) == rows
+    with pytest.raises(ValueError, match="ends inside row 2"):
+        unpack_plan(3, payload)
+    with pytest.raises(ValueError, match="left over"):
+        unpack_plan(1, payload)
 
 
-def test_worker_refuses_a_forward_that_is_not_the_announced_chunk() -> None:
-    mirror = Mirror()
-    mirror.on_seq_word(2, EP_PREFILL)
-    for word in (4, 8, 21):
-        mirror.on_word(word)
-    mirror.on_tokens(PROMPTS[1])
-    with pytest.raises(ProtocolError, match="slot 2: the forward after .* tokens 8..11"):
-        mirror.on_forward(torch.tensor(PROMPTS[1][8:12]), torch.arange(4))  # positions 0..3
+def test_worker_mirrors_each_sequence_through_its_plans() -> None:
+    mirror = Mirror(block_size=4)
+    mirror.on_plan([PlannedRow(3, 0, 21, PROMPTS[1][:8], [4, 5])])  # a prompt's first chunk
+    mirror.on_plan([PlannedRow(3, 8, 21, PROMPTS[1][8:], [4, 5, 6, 7, 8, 9])])  # the rest
+    mirror.on_plan([PlannedRow(3, 21, 21, [9], [4, 5, 6, 7, 8, 9])])  # a decode step
+    mirror.on_plan([PlannedRow(1, 16, 21, PROMPTS[1][16:], [4, 5, 6, 7, 1, 2])])  # a prefix hit
+    assert mirror.lengths == {3: 22, 1: 21}
+    mirror.on_free(3)
+    mirror.on_free(2)  # freed before its first forward: never seen
+    assert mirror.lengths == {1: 21}
+
+
+def test_worker_refuses_a_row_that_does_not_follow_its_sequence() -> None:
+    mirror = Mirror(block_size=4)
+    mirror.on_plan([PlannedRow(2, 0, 21, PROMPTS[1][:8], [0, 1])])
+    with pytest.raises(ProtocolError, match="sequence 2: a row at 12..15 after 8 positions"):
+        mirror.on_plan([PlannedRow(2, 12, 21, PROMPTS[1][12:16], [0, 1, 2, 3])])
+    with pytest.raises(ProtocolError, match="sequence 5: its first row starts at 6"):
+        mirror.on_plan([PlannedRow(5, 6, 21, PROMPTS[1][6:10], [0, 1, 2])])
+    with pytest.raises(ProtocolError, match="sequence 6: its block table ends before 8"):
+        mirror.on_plan([PlannedRow(6, 0, 21, PROMPTS[1][:8], [0])])
 
 
 def test_default_model_split_rules() -> None:

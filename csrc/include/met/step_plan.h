@@ -24,8 +24,8 @@ struct PlanRow {
   std::vector<int32_t> tokens;
   int32_t draft = 0;        // Verify: draft tokens after the pending one (tokens = 1 + draft)
   bool last_chunk = false;  // PrefillChunk: the chunk that ends the prompt
-  // PrefillChunk: the whole prompt the chunk is cut from (the EP announcement and the trace
-  // spell it); null for other rows.
+  // PrefillChunk: the whole prompt the chunk is cut from (the trace's EP announcement spells
+  // it); null for other rows.
   const std::vector<int32_t>* prompt = nullptr;
 };
 

@@ -3,7 +3,9 @@ and their packing into the flat tensors of met's paged model forward."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -34,8 +36,16 @@ def plan_rows(plan: _core.StepPlan) -> tuple[list[Row], list[list[int]], int]:
     return rows, tables, spread
 
 
+class Positioned(Protocol):
+    """What packing reads of a row: its tokens and where they start (a Row, or the row a
+    tensor-parallel worker receives)."""
+
+    tokens: list[int]
+    start: int
+
+
 def pack_rows(
-    rows: list[Row],
+    rows: Sequence[Positioned],
     tables: list[list[int]],
     block_size: int,
     device: torch.device,

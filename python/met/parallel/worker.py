@@ -1,12 +1,14 @@
 """Ranks 1..N-1 of a tensor-parallel engine: mirror rank 0's sequences, run its forwards.
 
 A worker holds its own slice of every layer and a KV cache with only its KV heads, in the same
-block geometry as rank 0's. It owns no scheduler and no block manager: every forward arrives
-with the block tables and slots rank 0's block manager chose, so both caches fill identically.
-The EP words keep a mirror of which slot holds which prompt, and each announced prompt chunk is
-checked against the forward that follows it, which the scheduler runs as that chunk alone: a
-word out of order, or a forward that is not the announced chunk, means the two sides disagree
-about the protocol or the sequence, which is fatal rather than silently wrong.
+block geometry as rank 0's. It owns no scheduler and no block manager: every forward arrives as
+the rows of rank 0's step plan, block tables included, and the worker packs from them exactly the
+inputs rank 0 packs, so both caches fill identically. A mirror of how far each sequence has run
+checks every row against the ones before it: a new sequence's first row must start its prompt
+at a block boundary (a prefix-cache hit ends on one), a known one's must continue where its last
+row ended (these ranks run no speculation, so nothing rolls back). A row that does not
+means the two sides disagree about the protocol or the sequence, which is fatal rather than
+silently wrong.
 
 Run as `python -m met.parallel.worker` with torchrun's variables (rank 0 spawns it that way),
 or reached from `met serve` on a rank > 0 under torchrun.
@@ -21,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import torch
-from torch import Tensor
 
 from met.config import EngineConfig
+from met.engine.forward_rows import pack_rows
 from met.engine.kv_budget import kv_dtype
 from met.model.kv_cache import PagedKvCache
 from met.model.llama import LlamaModel
@@ -31,7 +33,7 @@ from met.models import load_model
 from met.parallel import dist as tp
 from met.parallel import protocol
 from met.parallel.launch import launched_rank
-from met.parallel.protocol import Kind
+from met.parallel.protocol import Kind, PlannedRow
 from met.parallel.shard import shard_weights
 
 log = logging.getLogger("met.parallel.worker")
@@ -42,77 +44,50 @@ class ProtocolError(Exception):
 
 
 @dataclass
-class _Announce:
-    slot: int
-    words: list[int] = field(default_factory=list)  # chunk length, chunk start, prompt length
-
-
-@dataclass
 class Mirror:
-    """Which prompt each of rank 0's slots holds, from the EP words alone."""
+    """How many positions each of rank 0's sequences has run, from the plans alone."""
 
-    prompts: dict[int, list[int]] = field(default_factory=dict)
-    pending: _Announce | None = None
-    # The announced chunk (slot, start, tokens) the next forward must run.
-    chunk: tuple[int, int, list[int]] | None = None
+    block_size: int
+    lengths: dict[int, int] = field(default_factory=dict)
     stopped: bool = False
 
-    def on_seq_word(self, slot: int, cmd: int) -> None:
-        if cmd == protocol.EP_PREFILL:
-            self.pending = _Announce(slot)
-        elif cmd == protocol.EP_FREE:
-            self.prompts.pop(slot, None)
-        elif cmd == protocol.EP_SHUTDOWN:
-            self.stopped = True
-        # Other words announce speculative steps, which this engine does not run.
+    def on_plan(self, rows: list[PlannedRow]) -> None:
+        for row in rows:
+            end = row.start + len(row.tokens)
+            known = self.lengths.get(row.seq)
+            if known is None and (row.start >= row.prompt_len or row.start % self.block_size):
+                raise ProtocolError(
+                    f"sequence {row.seq}: its first row starts at {row.start}, not a prompt's "
+                    f"block boundary (prompt of {row.prompt_len})"
+                )
+            if known is not None and row.start != known:
+                raise ProtocolError(
+                    f"sequence {row.seq}: a row at {row.start}..{end - 1} after {known} positions"
+                )
+            if len(row.table) * self.block_size < end:
+                raise ProtocolError(f"sequence {row.seq}: its block table ends before {end}")
+            self.lengths[row.seq] = end
 
-    def on_word(self, word: int) -> None:
-        if self.pending is not None:
-            self.pending.words.append(word)
-
-    def on_tokens(self, tokens: list[int]) -> None:
-        announce, self.pending = self.pending, None
-        if announce is None or len(announce.words) != 3:
-            raise ProtocolError("prompt tokens arrived without a complete prefill announcement")
-        length, start, prompt_len = announce.words
-        if prompt_len != len(tokens) or start + length > prompt_len:
-            raise ProtocolError(
-                f"slot {announce.slot}: announced chunk ({length}, {start}, {prompt_len}) does "
-                f"not fit the {len(tokens)} prompt tokens sent"
-            )
-        self.prompts[announce.slot] = tokens
-        self.chunk = (announce.slot, start, tokens[start : start + length])
-
-    def on_forward(self, input_ids: Tensor, positions: Tensor) -> None:
-        """A forward's tokens; right after an announcement, they must be the announced chunk at
-        its positions (the scheduler runs an announced chunk as a forward of its own)."""
-        chunk, self.chunk = self.chunk, None
-        if chunk is None:
-            return
-        slot, start, tokens = chunk
-        at = list(range(start, start + len(tokens)))
-        if input_ids.tolist() != tokens or positions.tolist() != at:
-            raise ProtocolError(
-                f"slot {slot}: the forward after the announcement of prompt tokens "
-                f"{start}..{start + len(tokens) - 1} runs {input_ids.numel()} other tokens"
-            )
+    def on_free(self, seq: int) -> None:
+        self.lengths.pop(seq, None)  # freed before its first forward: never seen
 
 
 def serve_forever(group: tp.Group, model: LlamaModel, cache: PagedKvCache) -> None:
-    """Answers rank 0's messages until the shutdown word."""
-    mirror = Mirror()
+    """Answers rank 0's messages until the shutdown."""
+    mirror = Mirror(cache.block_size)
     while not mirror.stopped:
-        (kind, a, b, _, _), payload = group.receive()
-        if kind == Kind.FORWARD:
-            inputs = protocol.unpack_forward(a, b, payload, model.device)
-            mirror.on_forward(inputs["input_ids"], inputs["positions"])
+        (kind, a, _, _, _), payload = group.receive()
+        if kind == Kind.PLAN:
+            rows = protocol.unpack_plan(a, payload)
+            mirror.on_plan(rows)
+            inputs = pack_rows(rows, [r.table for r in rows], cache.block_size, model.device)
+            # Only rank 0 samples: the other ranks skip the LM head.
+            inputs["logits_rows"] = torch.empty(0, dtype=torch.int64, device=model.device)
             model.forward(cache, **inputs)
-        elif kind == Kind.SEQ_WORD:
-            mirror.on_seq_word(a, b)
-        elif kind == Kind.WORD:
-            mirror.on_word(a)
-        elif kind == Kind.TOKENS:
-            mirror.on_tokens(payload.tolist())
+        elif kind == Kind.FREE:
+            mirror.on_free(a)
+        elif kind == Kind.SHUTDOWN:
+            mirror.stopped = True
         elif kind == Kind.PING:
             group.all_reduce(torch.zeros(1, device=group.device))
         else:
@@ -122,7 +97,7 @@ def serve_forever(group: tp.Group, model: LlamaModel, cache: PagedKvCache) -> No
 def run_worker(rank: int, world: int) -> int:
     """Join the group, load this rank's shard, serve; the process exit status."""
     # Ctrl-C, or torchrun's SIGTERM, reaches every rank at once; a worker must outlive rank 0's
-    # drain, which ends with the shutdown word (or rank 0's exit, which the worker notices).
+    # drain, which ends with the shutdown message (or rank 0's exit, which the worker notices).
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     group, model, cache = _start(rank, world)
