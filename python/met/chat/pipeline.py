@@ -32,6 +32,7 @@ from met.chat.parsers.reasoning import (
 from met.chat.render import generic_system_text, template_messages, tool_dicts, with_system_text
 from met.chat.setup import HARMONY, ChatSetup
 from met.chat.types import ChatEvent, ChatRequest, ChatResult, Finish, Logprobs, ToolSpec, Usage
+from met.constraints.state import common_prefix
 from met.engine.outputs import CompletionDelta, TokenLogprob
 from met.sampling import Constraint, SamplingParams
 from met.server.errors import invalid
@@ -235,12 +236,7 @@ def _history_end(
         )
     except ValueError:  # a template that insists on its generation prompt
         return None
-    shared = 0
-    for a, b in zip(history, prompt_ids, strict=False):
-        if a != b:
-            break
-        shared += 1
-    return shared
+    return common_prefix(history, prompt_ids)
 
 
 def render(engine: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> list[int]:

@@ -112,7 +112,7 @@ class SequenceGrammar:
     def sync(self, output: Sequence[int]) -> None:
         n = len(self.consumed)
         if len(output) < n or list(output[:n]) != self.consumed:
-            self.rollback(n - _common_prefix(self.consumed, output))
+            self.rollback(n - common_prefix(self.consumed, output))
         self.extend(output[len(self.consumed) :])
 
     def extend(self, tokens: Sequence[int]) -> None:
@@ -142,7 +142,8 @@ class SequenceGrammar:
         return self.matcher.is_stopped()
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
