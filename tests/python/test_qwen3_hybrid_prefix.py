@@ -1,9 +1,9 @@
 """Prefix caching of a hybrid model through the engine (met.engine.hybrid): a repeated prompt, the
 next turn of a chat and another prompt with the same opening resume from recurrent-state
-checkpoints at block boundaries (inside a prompt, at its last full block and where a reply's decode
-passed its last one), report the tokens they reused as cached_tokens and give the
-tokens an engine without a prefix cache gives, on the torch forward (a float32 file) and on the
-C++ one (Q8_0 blocks)."""
+checkpoints at block boundaries (inside a prompt, at its last full block, before its rendered
+history's end, and where a reply's decode passed its last one), report the tokens they reused as
+cached_tokens and give the tokens an engine without a prefix cache gives, on the torch forward (a
+float32 file) and on the C++ one (Q8_0 blocks)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,11 @@ Cached KV blocks resume attention layers only; a recurrent layer needs its state
 prefix. So the forward keeps the recurrent state at block boundaries (RecurrentState's checkpoint
 pool): at the end of each prompt's last full block (what the same prompt again resumes from),
 every `interval` positions inside a prompt (what another prompt with the same system prompt and
-tools resumes from), and at the last block boundary a sequence's decode passed (where a chat turn
-ends: what the next turn, the prompt and its reply and the new message, resumes from; one such
-checkpoint per sequence, moved on at each boundary). A new prompt resumes from the longest
+tools resumes from), at the last block boundary before a chat prompt's rendered history ends
+(SamplingParams.history_end: the next turn repeats the history, not always the generation prompt
+after it), and at the last block boundary a sequence's decode passed (where a template renders
+the reply as generated, the next turn resumes after it; one such checkpoint per sequence, moved
+on at each boundary). A new prompt resumes from the longest
 checkpointed boundary whose KV blocks are still cached; the checkpoints are kept least recently
 used first out, and one whose blocks were evicted is dropped when a lookup finds them gone.
 Speculation stays exact: a verify row keeps the recurrent state after each of its tokens and the
