@@ -166,7 +166,7 @@ class StateCheckpoints:
             return self._keys(seq.tokens + row.tokens, boundary // bs)[-1]
         first = min(boundary - bs, row.start)
         tail = seq.tokens_from(first) + row.tokens
-        return hash((previous.key, tuple(tail[boundary - bs - first : boundary - first])))
+        return _chained(previous.key, tail[boundary - bs - first : boundary - first])
 
     def abandon(self) -> None:
         """The planned checkpoints were not written (the forward failed)."""
@@ -195,9 +195,14 @@ class StateCheckpoints:
     def _keys(self, tokens: Sequence[int], blocks: int) -> list[int]:
         keys, last, bs = [], 0, self.block_size
         for j in range(blocks):
-            last = hash((last, tuple(tokens[j * bs : (j + 1) * bs])))
+            last = _chained(last, tokens[j * bs : (j + 1) * bs])
             keys.append(last)
         return keys
+
+
+def _chained(parent: int, block: Sequence[int]) -> int:
+    """A block's key: its tokens chained onto the key of the blocks before it."""
+    return hash((parent, tuple(block)))
 
 
 def state_checkpoints(
