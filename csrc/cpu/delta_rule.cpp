@@ -1,6 +1,6 @@
 // The gated delta rule's scalar step, its dispatch per path, and the chunkwise form (see
-// delta_rule.h). Built with -ffp-contract=off, as delta_rule_avx512.cpp: the two step kernels
-// must round the same operations.
+// delta_rule.h). Built with -ffp-contract=off, as delta_rule_avx2.cpp and delta_rule_avx512.cpp:
+// every step kernel must round the same operations.
 #include "cpu/delta_rule.h"
 
 #include <cmath>
@@ -44,8 +44,9 @@ constexpr int64_t kParallelWork = int64_t{1} << 18;
 #undef MET_DELTA_CHUNK_HEAD
 
 DeltaStepHead delta_step_head_for(CpuPath path) {
-#if defined(MET_DELTA_HAS_AVX512)
+#if defined(MET_DELTA_HAS_X86)
   if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) return delta_step_head_avx512;
+  if (path == CpuPath::kAvx2) return delta_step_head_avx2;
 #else
   (void)path;
 #endif
@@ -53,8 +54,9 @@ DeltaStepHead delta_step_head_for(CpuPath path) {
 }
 
 DeltaChunkHead delta_chunk_head_for(CpuPath path) {
-#if defined(MET_DELTA_HAS_AVX512)
+#if defined(MET_DELTA_HAS_X86)
   if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) return delta_chunk_head_avx512;
+  if (path == CpuPath::kAvx2) return delta_chunk_head_avx2;
 #else
   (void)path;
 #endif

@@ -6,9 +6,9 @@
 //   python/met/model/deltanet.py runs for CPU float32 models) and tests/cpp/test_delta_rule.cc.
 // Invariants: a head's output and state depend only on its own inputs, summed in one fixed order
 //   (over k_dim, then over a chunk's tokens), so a row's result is bitwise the same whatever
-//   batch or thread runs it. The scalar and avx512 step round the same operations in the same
-//   order (no fused multiply-add: the files build with -ffp-contract=off), so they give the same
-//   bits. The chunk form equals the step applied token by token up to rounding. Nothing is
+//   batch or thread runs it. The scalar, avx2 and avx512 steps round the same operations in the
+//   same order (no fused multiply-add: the files build with -ffp-contract=off), so they give the
+//   same bits. The chunk form equals the step applied token by token up to rounding. Nothing is
 //   validated here: the caller guarantees shapes, strides and distinct state slots per row.
 #pragma once
 
@@ -49,8 +49,8 @@ struct DeltaChunk {
 };
 void delta_rule_chunk_head(const DeltaChunk& c, float* scratch);
 int64_t delta_chunk_scratch(int64_t chunk, int64_t v_dim);
-// The chunk kernel a path runs: delta_rule_chunk_head or its build in 512-bit registers, which
-// gives the same bits.
+// The chunk kernel a path runs: delta_rule_chunk_head or its build in 256- or 512-bit registers,
+// which give the same bits.
 using DeltaChunkHead = void (*)(const DeltaChunk& c, float* scratch);
 DeltaChunkHead delta_chunk_head_for(CpuPath path);
 
@@ -62,8 +62,11 @@ using DeltaStepHead = void (*)(const float* q, const float* k, const float* v, f
 DeltaStepHead delta_step_head_for(CpuPath path);
 void delta_step_head_scalar(const float* q, const float* k, const float* v, float g, float beta,
                             float* state, float* out, int64_t k_dim, int64_t v_dim, float* scratch);
+void delta_step_head_avx2(const float* q, const float* k, const float* v, float g, float beta,
+                          float* state, float* out, int64_t k_dim, int64_t v_dim, float* scratch);
 void delta_step_head_avx512(const float* q, const float* k, const float* v, float g, float beta,
                             float* state, float* out, int64_t k_dim, int64_t v_dim, float* scratch);
+void delta_chunk_head_avx2(const DeltaChunk& c, float* scratch);
 void delta_chunk_head_avx512(const DeltaChunk& c, float* scratch);
 
 }  // namespace met::cpu

@@ -71,8 +71,9 @@ std::vector<float> stepped(const Tokens& t, std::vector<float>& state, int64_t n
 constexpr DeltaShape kShape{3, 16, 40};
 
 TEST(DeltaRule, EveryStepPathGivesTheScalarBits) {
-  // v_dim 232 takes each pass of the 512-bit step: 128 columns, 64, then 16 and a masked tail.
-  for (const DeltaShape& shape : {kShape, DeltaShape{2, 16, 232}}) {
+  // v_dim 232 takes each pass of the 512-bit step: 128 columns, 64, then 16 and a masked tail;
+  // v_dim 60 each pass of the 256-bit one: 32 columns, 16, 8, then a masked tail of 4.
+  for (const DeltaShape& shape : {kShape, DeltaShape{2, 16, 232}, DeltaShape{2, 16, 60}}) {
     SCOPED_TRACE("v_dim " + std::to_string(shape.v_dim));
     const Tokens t = random_tokens(20, shape, 1);
     std::vector<float> want_state = random_state(shape, 1, 2);
