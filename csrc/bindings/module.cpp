@@ -9,6 +9,7 @@ void bind_backend(py::module_& m);
 void bind_scheduler(py::module_& m);
 void bind_testing(py::module_& m);
 void bind_block_manager(py::module_& m);
+void bind_state_checkpoints(py::module_& m);
 void bind_cuda(py::module_& m);
 void bind_cpu_kernels(py::module_& m);
 void bind_cpu_weights(py::module_& m);
@@ -23,6 +24,7 @@ PYBIND11_MODULE(_core, m) {
   met::bindings::bind_scheduler(m);
   met::bindings::bind_testing(m);
   met::bindings::bind_block_manager(m);
+  met::bindings::bind_state_checkpoints(m);
   met::bindings::bind_cuda(m);
   met::bindings::bind_cpu_kernels(m);
   met::bindings::bind_cpu_weights(m);  // adds to the cpu submodule

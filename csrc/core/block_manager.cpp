@@ -160,8 +160,10 @@ bool BlockManager::grow(uint64_t seq, int32_t num_tokens) {
     list_unlink(b);
     --num_free_;
     if (blocks_[b].hashed) {
+      const uint64_t evicted = blocks_[b].hash;
       drop_hash(b);
       --num_cached_free_;
+      if (on_evict_) on_evict_(evicted);
     }
     blocks_[b].ref = 1;
     st.table.push_back(b);
@@ -236,11 +238,17 @@ void BlockManager::release(uint64_t seq) {
 }
 
 void BlockManager::reset_prefix_cache() {
+  std::vector<uint64_t> evicted;
   for (int32_t b = next_[sentinel()]; b != sentinel(); b = next_[b]) {
-    if (blocks_[b].hashed) drop_hash(b);  // free(cached) -> free(plain), position kept
+    if (!blocks_[b].hashed) continue;
+    evicted.push_back(blocks_[b].hash);
+    drop_hash(b);  // free(cached) -> free(plain), position kept
   }
   num_cached_free_ = 0;
   first_cached_ = sentinel();
+  if (on_evict_) {
+    for (uint64_t hash : evicted) on_evict_(hash);
+  }
 }
 
 }  // namespace met

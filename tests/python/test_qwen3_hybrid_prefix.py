@@ -132,3 +132,19 @@ def test_the_least_recently_used_checkpoint_goes_first(hybrid_file):
         _run(llm, other)  # takes the one checkpoint
         assert _run(llm, prompt) == (first, 0)
         assert _run(llm, prompt) == (first, 32)
+
+
+def test_a_checkpoint_goes_with_the_block_before_it(hybrid_file):
+    # Eight blocks of 16. The first prompt and its reply (46 positions) leave two cached blocks
+    # and the checkpoint at 32 after them; the second (110 positions) takes five fresh blocks,
+    # the first one's plain third block and its cached second: the checkpoint goes at once,
+    # leaving the second prompt's own (at 96) alone in the index.
+    first, second = PROMPT[:36], [(3 * i) % 90 + 4 for i in range(100)]
+    with met.LLM(model=hybrid_file, **dict(OPTIONS, kv_cache_blocks=8)) as llm:
+        index = llm.engine.backend.checkpoints
+        tokens, _ = _run(llm, first)
+        assert index.num_indexed() == 1
+        _run(llm, second)
+        assert index.num_indexed() == 1 and index.num_free() == index.count() - 1
+        index.check_invariants()
+        assert _run(llm, first) == (tokens, 0)

@@ -1,8 +1,9 @@
 // Owns: the paged KV blocks (reference counts, the free list in eviction order), the per-sequence
 // block tables, and the prefix cache (chained block hash -> block).
 // Called by: the scheduler's KvLedger when it matches prefixes, extends, rolls back and releases
-// sequences; Python through pybind11 for what stays there (a hybrid's checkpoint resume, the
-// pooler's one-shot forwards, the engine's stats).
+// sequences; a hybrid's StateCheckpoints when it resumes a prompt (and as the listener of its
+// evictions); Python through pybind11 for what stays there (the pooler's one-shot forwards, the
+// engine's stats).
 // Invariants (checked by check_invariants()):
 //   - a block's ref count equals the number of sequence tables holding it;
 //   - the free list holds exactly the ref-0 blocks, once each, plain blocks before cached ones;
@@ -35,7 +36,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace met {
@@ -86,6 +89,14 @@ class BlockManager {
 
   // Drops the hash of every free block: free(cached) -> free(plain). Used blocks keep theirs.
   void reset_prefix_cache();
+
+  // Called with each hash the prefix cache loses with its block's KV (grow() taking a cached
+  // block, reset_prefix_cache()), after the transition; not when a hash moves to a live block
+  // that computed the same prefix (commit()). A hybrid's state checkpoint keyed by the hash
+  // resumes nothing any more (StateCheckpoints). One listener; an empty function removes it.
+  void set_eviction_listener(std::function<void(uint64_t)> listener) {
+    on_evict_ = std::move(listener);
+  }
 
   const std::vector<int32_t>& table(uint64_t seq) const;
   bool has(uint64_t seq) const { return seqs_.count(seq) != 0; }
@@ -149,6 +160,7 @@ class BlockManager {
   std::unordered_map<uint64_t, SeqState> seqs_;
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;
+  std::function<void(uint64_t)> on_evict_;
 };
 
 }  // namespace met

@@ -18,7 +18,6 @@ import torch
 from met import _core
 from met.constraints import MaskPrefetch, SequenceGrammar
 from met.engine.forward_rows import Row, pack_rows, plan_rows
-from met.engine.hybrid import StateCheckpoints
 from met.engine.prompt_logprobs import PromptScores
 from met.model.sampler import SampleSpec, draw, draw_params, sample
 
@@ -30,7 +29,7 @@ class TorchBackend(_core.Backend):
         kv_cache,
         block_manager: _core.BlockManager,
         max_slots: int,
-        checkpoints: StateCheckpoints | None = None,
+        checkpoints: _core.StateCheckpoints | None = None,
     ) -> None:
         _core.Backend.__init__(self)
         self.model = model
@@ -65,8 +64,9 @@ class TorchBackend(_core.Backend):
         self._kernel_sample = getattr(model, "kernel_sample", None) or draw
         # A hybrid model's recurrent state per slot (model/deltanet.py); None for attention only.
         self._state = getattr(kv_cache, "state", None)
-        # Its prefix cache's recurrent-state checkpoints (engine/hybrid.py); None: no prefix
-        # cache or no recurrent layers.
+        # Its prefix cache's recurrent-state checkpoint index (the core's, engine/hybrid.py
+        # builds it; this backend copies the states it names); None: no prefix cache or no
+        # recurrent layers.
         self.checkpoints = checkpoints
         self._marks: list[int] = []  # the checkpoints of the forward being run, flat triples
 
@@ -91,7 +91,10 @@ class TorchBackend(_core.Backend):
         if seq.session_hash in self.prompt_scores:
             return 0
         if self.checkpoints is not None:
-            return self.checkpoints.resume(self.blocks, seq, prompt)
+            resumed = self.checkpoints.resume(seq.session_hash, prompt)
+            if resumed.index >= 0:
+                self._state.restore_checkpoint(resumed.index, seq.state_slot)
+            return resumed.length
         return _core.MATCH_IN_CORE
 
     # --- streams and events: called only on a GPU (DeviceInfo.streams) ---
@@ -125,7 +128,7 @@ class TorchBackend(_core.Backend):
         """The scheduler released the sequence's blocks already; its slot is this backend's."""
         self._release_slot(seq.slot)
         if self.checkpoints:
-            self.checkpoints.forget(seq)
+            self.checkpoints.forget(seq.session_hash)
 
     def compact_sequence(self, seq: _core.Sequence, new_slot: int) -> None:
         if new_slot == seq.slot:
@@ -144,7 +147,7 @@ class TorchBackend(_core.Backend):
         logits row per position: the packed forward computes each token's row on its own, so a
         verify position's logits are the ones a one-token decode at that position would give."""
         rows, tables, spread = plan_rows(plan)
-        self._forward(rows, tables, plan.stream, spread)
+        self._forward(plan, rows, tables, spread)
         return self._argmax_rows() if plan.argmax else []
 
     def commit_accepted_prefix(self, seq: _core.Sequence, na: int, k: int) -> None:
@@ -154,20 +157,25 @@ class TorchBackend(_core.Backend):
             # stands (the verify forward kept each token's).
             self._state.restore(seq.state_slot, na)
 
-    def _forward(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
+    def _forward(
+        self, plan: _core.StepPlan, rows: list[Row], tables: list[list[int]], spread: int
+    ) -> None:
         if self.constraints:
             self._prefetch_masks(rows)
-        self._logits_stream = stream
+        self._logits_stream = plan.stream
         # A hybrid's state checkpoints this forward writes (_pack, forward_rows read them).
-        self._marks = self.checkpoints.plan(rows, self.history_ends) if self.checkpoints else []
+        self._marks = self.checkpoints.plan(plan, self.history_ends) if self.checkpoints else []
         try:
-            self._run_rows(rows, tables, stream, spread)
+            self._run_rows(rows, tables, plan.stream, spread)
         except BaseException:
             if self.checkpoints:
                 self.checkpoints.abandon()
             raise
         if self.checkpoints:
-            self.checkpoints.commit(rows)
+            # The rows that reached a block boundary in decode leave their state there.
+            for copy in self.checkpoints.commit(plan):
+                token = None if copy.token < 0 else copy.token
+                self._state.checkpoint(copy.index, copy.slot, token)
 
     def _run_rows(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
         with self._on(stream):
