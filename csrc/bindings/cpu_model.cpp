@@ -15,6 +15,7 @@
 #include "cpu/ops.h"
 #include "cpu/sampling.h"
 #include "met/direct_forward.h"
+#include "met/state_checkpoints.h"
 
 namespace py = pybind11;
 
@@ -143,23 +144,60 @@ py::list run_rows(cpu::LlamaForward& self, const std::vector<std::vector<int64_t
   return py::cast(self.argmax());
 }
 
-// The C++ forward of a model without recurrent layers as the core's RowForward: its logits stay
-// in a buffer of its own, which the host sampler reads in place when a row is sampled.
+// The C++ forward as the core's RowForward: its logits stay in a buffer of its own, which the
+// host sampler reads in place when a row is sampled. With recurrent layers each row runs on its
+// sequence's state slot, and the state copies the prefix cache's checkpoint index asks for after
+// a step (a decode reaching a block boundary) and after a verify's rejected drafts are made here
+// as well, so such a step never enters Python either.
 class CpuRowForward : public RowForward {
  public:
-  explicit CpuRowForward(cpu::LlamaForward& forward) : forward_(forward) {}
+  CpuRowForward(cpu::LlamaForward& forward, StateCheckpoints* checkpoints)
+      : forward_(forward), checkpoints_(checkpoints) {}
 
   std::vector<int32_t> argmax_rows(const StepPlan& plan) override {
     size_t stride = 1;
     for (const PlanRow& row : plan.rows) stride = std::max(stride, row.seq->block_table.size());
     PackedRows packed(plan.rows.size(), stride);
+    slots_.clear();
+    verify_.clear();
     for (const PlanRow& row : plan.rows) {
       packed.add(row.tokens, row.start, row.seq->block_table, row.kind == RowKind::Verify);
+      slots_.push_back(row.seq->state_slot);
+      verify_.push_back(row.draft > 0 ? 1 : 0);
+    }
+    cpu::ForwardBatch batch = packed.batch();
+    if (forward_.has_recurrent()) {
+      batch.state_slots = slots_.data();
+      batch.verify = verify_.data();
     }
     logits_.resize(static_cast<size_t>(packed.n_logits() * forward_.vocab()));
-    forward_without_gil(forward_, packed.batch(), reinterpret_cast<uintptr_t>(logits_.data()));
+    forward_without_gil(forward_, batch, reinterpret_cast<uintptr_t>(logits_.data()));
+    if (checkpoints_ != nullptr) {
+      for (const CheckpointCopy& c : checkpoints_->commit(plan)) {
+        forward_.keep_checkpoint(c.index, c.slot, c.token);
+      }
+    }
     const std::vector<int64_t>& argmax = forward_.argmax();
     return {argmax.begin(), argmax.end()};
+  }
+  // A hybrid's state pools as the Python side last pointed the forward at them: a verify row
+  // needs a snapshot for each of its tokens, the checkpoint index its pool (the device backend
+  // allocates them as it first runs such a row).
+  bool runs(const StepPlan& plan) const override {
+    if (!forward_.has_recurrent()) return true;
+    const cpu::RecurrentState& state = forward_.recurrent_state();
+    if (state.conv == nullptr) return false;
+    if (checkpoints_ != nullptr && state.n_checkpoints < checkpoints_->count()) return false;
+    for (const PlanRow& row : plan.rows) {
+      if (row.draft > 0 && static_cast<int64_t>(row.tokens.size()) > state.snap_depth) {
+        return false;
+      }
+    }
+    return true;
+  }
+  bool put_back(const Sequence& seq, int32_t na) override {
+    if (forward_.has_recurrent()) forward_.restore_verified(seq.state_slot, na);
+    return true;  // without recurrent layers there is nothing to put back
   }
   const float* logits() const override { return logits_.data(); }
   int64_t vocab() const override { return forward_.vocab(); }
@@ -184,7 +222,10 @@ class CpuRowForward : public RowForward {
 
  private:
   cpu::LlamaForward& forward_;
+  StateCheckpoints* checkpoints_;  // null: no recurrent layers or no prefix cache
   std::vector<float> logits_;
+  std::vector<int32_t> slots_;
+  std::vector<uint8_t> verify_;
 };
 
 // The DirectForward the engine puts between the scheduler and its Python backend; the
@@ -195,8 +236,8 @@ struct CpuRows {
 
 class CpuDirectForward : private CpuRows, public DirectForward {
  public:
-  CpuDirectForward(Backend& device, cpu::LlamaForward& forward)
-      : CpuRows{CpuRowForward(forward)}, DirectForward(device, rows) {}
+  CpuDirectForward(Backend& device, cpu::LlamaForward& forward, StateCheckpoints* checkpoints)
+      : CpuRows{CpuRowForward(forward, checkpoints)}, DirectForward(device, rows) {}
 };
 
 }  // namespace
@@ -248,9 +289,11 @@ void bind_cpu_model(py::module_& m) {
       cpu, "DirectForward",
       "the scheduler's backend for a model on this forward: decode and verify steps without a "
       "grammar row run the forward from C++ (their sampling comes back to the wrapped "
-      "backend's sample_logits), every other call goes to the wrapped backend")
-      .def(py::init<Backend&, cpu::LlamaForward&>(), py::arg("device"), py::arg("forward"),
-           py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+      "backend's sample_logits), every other call goes to the wrapped backend; a hybrid's "
+      "checkpoint index (its prefix cache) is told of the steps run here")
+      .def(py::init<Backend&, cpu::LlamaForward&, StateCheckpoints*>(), py::arg("device"),
+           py::arg("forward"), py::arg("checkpoints") = nullptr, py::keep_alive<1, 2>(),
+           py::keep_alive<1, 3>(), py::keep_alive<1, 4>())
       .def_property_readonly("direct_steps", &DirectForward::direct_steps)
       .def_property_readonly("device_steps", &DirectForward::device_steps);
 

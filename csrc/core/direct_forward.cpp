@@ -10,12 +10,12 @@ namespace met {
 
 // A grammar row's masks are computed by the device backend while its forward runs, and prefill
 // rows may carry host work of their own (prompt scoring): those plans go to the backend.
-bool DirectForward::takes(const StepPlan& plan) {
+bool DirectForward::takes(const StepPlan& plan) const {
   if (plan.grammar) return false;
   for (const PlanRow& row : plan.rows) {
     if (row.kind == RowKind::PrefillChunk) return false;
   }
-  return true;
+  return forward_.runs(plan);
 }
 
 std::vector<int32_t> DirectForward::execute(const StepPlan& plan) {

@@ -135,6 +135,44 @@ void LlamaForward::set_recurrent_state(const RecurrentState& state) {
   state_ = state;
 }
 
+// A slot's state in one layer is contiguous in each pool: conv [layers, slots, conv_dim,
+// kernel - 1] and delta [layers, slots, v_heads, k_dim, v_dim]; snapshots add the token after the
+// slot, checkpoints are [checkpoints, layers, ...] (model/recurrent_state.py).
+void LlamaForward::keep_checkpoint(int64_t index, int64_t slot, int64_t token) {
+  if (index < 0 || index >= state_.n_checkpoints || slot < 0 || slot >= state_.n_slots ||
+      token >= state_.snap_depth) {
+    fail("keep_checkpoint: checkpoint " + std::to_string(index) + ", slot " + std::to_string(slot) +
+         " or token " + std::to_string(token) + " out of range");
+  }
+  const RecurrentDims& r = dims_.recurrent;
+  const int64_t conv = r.conv_dim() * (r.kernel - 1), delta = r.v_heads * r.k_dim * r.v_dim;
+  for (int64_t l = 0; l < n_recurrent_; ++l) {
+    const int64_t at = l * state_.n_slots + slot, to = index * n_recurrent_ + l;
+    const float* from_conv = state_.conv + at * conv;
+    const float* from_delta = state_.delta + at * delta;
+    if (token >= 0) {
+      from_conv = state_.snap_conv + (at * state_.snap_depth + token) * conv;
+      from_delta = state_.snap_delta + (at * state_.snap_depth + token) * delta;
+    }
+    std::memcpy(state_.ckpt_conv + to * conv, from_conv, sizeof(float) * conv);
+    std::memcpy(state_.ckpt_delta + to * delta, from_delta, sizeof(float) * delta);
+  }
+}
+
+void LlamaForward::restore_verified(int64_t slot, int64_t tokens) {
+  if (slot < 0 || slot >= state_.n_slots || tokens < 1 || tokens > state_.snap_depth) {
+    fail("restore_verified: slot " + std::to_string(slot) + " or " + std::to_string(tokens) +
+         " tokens out of range");
+  }
+  const RecurrentDims& r = dims_.recurrent;
+  const int64_t conv = r.conv_dim() * (r.kernel - 1), delta = r.v_heads * r.k_dim * r.v_dim;
+  for (int64_t l = 0; l < n_recurrent_; ++l) {
+    const int64_t at = l * state_.n_slots + slot, snap = at * state_.snap_depth + tokens - 1;
+    std::memcpy(state_.conv + at * conv, state_.snap_conv + snap * conv, sizeof(float) * conv);
+    std::memcpy(state_.delta + at * delta, state_.snap_delta + snap * delta, sizeof(float) * delta);
+  }
+}
+
 void LlamaForward::plan_recurrent(const ForwardBatch& batch) {
   const AttnRows& rows = batch.rows;
   if (state_.conv == nullptr) fail("no recurrent state was set (set_recurrent_state)");

@@ -76,6 +76,14 @@ class LlamaForward {
   // Where the recurrent layers' state lives (the model must have recurrent layers); set again
   // whenever the snapshots are reallocated.
   void set_recurrent_state(const RecurrentState& state);
+  bool has_recurrent() const { return has_recurrent_; }
+  // What set_recurrent_state gave (all null and 0 before).
+  const RecurrentState& recurrent_state() const { return state_; }
+  // Checkpoint `index` takes state slot `slot`'s state over every recurrent layer: as it is now
+  // (token < 0), or as it was after token `token` of the slot's last verify row.
+  void keep_checkpoint(int64_t index, int64_t slot, int64_t token);
+  // Slot `slot` goes back to its state after the first `tokens` tokens of its last verify row.
+  void restore_verified(int64_t slot, int64_t tokens);
 
   // Greedy tokens of the last forward's logits rows (torch.argmax's choice: the first maximum,
   // or the first NaN), found while the rows are still in cache.

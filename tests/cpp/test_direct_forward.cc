@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "echo_device.h"
@@ -43,8 +44,20 @@ class EchoRows : public RowForward {
     draws += static_cast<int>(rows.size());
     return out;
   }
+  bool runs(const StepPlan& plan) const override {
+    return std::none_of(plan.rows.begin(), plan.rows.end(),
+                        [this](const PlanRow& r) { return r.draft > max_draft; });
+  }
+  bool put_back(const Sequence& seq, int32_t na) override {
+    if (!keeps_state) return false;
+    put_backs.emplace_back(seq.session_hash, na);
+    return true;
+  }
   std::vector<ReferenceCall> calls;
   int draws = 0;
+  int32_t max_draft = 1 << 30;  // a verify row with more drafts than this it cannot run
+  bool keeps_state = false;     // whether it puts back a verify's rejected drafts itself
+  std::vector<std::pair<uint64_t, int32_t>> put_backs;
 
  private:
   std::vector<float> logits_;
@@ -110,6 +123,35 @@ TEST(DirectForward, GrammarAndPrefillPlansGoToTheDevice) {
   EXPECT_TRUE(rows.calls.empty());
   EXPECT_EQ(device.calls.size(), 2u);
   EXPECT_EQ(direct.device_steps(), 2);
+}
+
+TEST(DirectForward, APlanTheRowForwardCannotRunYetGoesToTheDevice) {
+  EchoDevice device(4);
+  EchoRows rows;
+  rows.max_draft = 1;  // as a hybrid's forward with one token's snapshots to spare
+  DirectForward direct(device, rows);
+  Sequence a = sequence(1, 2);
+  a.tokens = {1, 2, 3};
+  a.seq_len = 3;
+  StepPlan longer{ReferenceCall::DecodeVerifyBatched, 0, verify_rows({30, 31, 32}, {2}, {&a})};
+  direct.execute(longer);
+  StepPlan shorter{ReferenceCall::DecodeVerifyBatched, 0, verify_rows({30, 31}, {1}, {&a})};
+  direct.execute(shorter);
+  EXPECT_EQ(device.calls.size(), 1u);
+  EXPECT_EQ(rows.calls.size(), 1u);
+}
+
+TEST(DirectForward, AVerifysRejectedDraftsAreTheRowForwardsToPutBackWhenItKeepsAState) {
+  EchoDevice device(4);
+  EchoRows rows;
+  DirectForward direct(device, rows);
+  Sequence a = sequence(1, 2);
+  direct.commit_accepted_prefix(a, 1, 2);  // it keeps nothing: the device backend hears of it
+  EXPECT_EQ(device.restores, 1);
+  rows.keeps_state = true;
+  direct.commit_accepted_prefix(a, 2, 3);
+  EXPECT_EQ(device.restores, 1);
+  EXPECT_EQ(rows.put_backs, (std::vector<std::pair<uint64_t, int32_t>>{{1, 2}}));
 }
 
 // Outputs by request id, run to shutdown.

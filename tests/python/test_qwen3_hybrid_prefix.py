@@ -15,6 +15,7 @@ from hybrid_fixtures import build, write_gguf
 
 import met
 from met.engine import hybrid
+from met.engine.torch_backend import TorchBackend
 
 GREEDY = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
 PROMPT = [(5 * i) % 90 + 10 for i in range(40)]  # longer than two prefill chunks
@@ -148,3 +149,35 @@ def test_a_checkpoint_goes_with_the_block_before_it(hybrid_file):
         assert index.num_indexed() == 1 and index.num_free() == index.count() - 1
         index.check_invariants()
         assert _run(llm, first) == (tokens, 0)
+
+
+def _turns(path: str, direct: bool) -> tuple[list, tuple, int, int]:
+    """A reply with verify rows that pass block boundaries (drafts rejected), then the next turn
+    with logprobs, on the core's DirectForward or with every step through the Python backend."""
+    prompt = [0] * 8 + PROMPT[:32]
+    params = met.SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    scored = met.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True, logprobs=0)
+    with pytest.MonkeyPatch.context() as patch:
+        if not direct:
+            patch.setattr(TorchBackend, "for_scheduler", lambda self: self)
+        with met.LLM(model=path, **dict(OPTIONS, speculative="ngram-forced")) as llm:
+            (out,) = llm.generate(prompt_token_ids=[prompt], sampling_params=params)
+            turn = prompt + out.token_ids + [7, 8, 9]
+            (reply,) = llm.generate(prompt_token_ids=[turn], sampling_params=scored)
+            spec, backend = llm.engine.stats().speculation, llm.engine.scheduler_backend
+            assert spec.verify_steps > 0 and spec.drafted > spec.accepted
+            steps = getattr(backend, "direct_steps", 0)
+    logprobs = [p.logprob for p in reply.outputs[0].logprobs]
+    return out.token_ids, (reply.token_ids, logprobs), reply.usage["cached_tokens"], steps
+
+
+def test_the_core_runs_a_hybrids_decode_and_verify_steps_as_the_python_backend(hybrid_file):
+    # On Q8_0 blocks (the C++ forward; the float32 file runs the torch forward, which has no
+    # direct path): the turn checkpoints the core keeps and the states it puts back after
+    # rejected drafts give the next turn the same cached prefix, tokens and logprobs, bit for bit.
+    if not hybrid_file.endswith("Q8_0.gguf"):
+        pytest.skip("the C++ forward runs quantized blocks")
+    *direct, steps = _turns(hybrid_file, direct=True)
+    *python, none = _turns(hybrid_file, direct=False)
+    assert steps > 0 and none == 0
+    assert direct == python and direct[2] == 96

@@ -2,11 +2,13 @@
 // device backend's language boundary (RowForward, DirectForward).
 // Called by: the scheduler, as its device backend (the KvLedger wraps it); every call it does not
 // take itself goes to the backend it wraps.
-// Invariants: every decode and verify plan without a grammar row runs on the RowForward; its
-// argmax readback is answered from that forward's argmax, its plain rows (SampleRow::plain_draw)
-// are drawn by the RowForward where its logits are, and only its other sampled rows go to the
-// wrapped backend with that forward's logits (sample_logits). Prefill plans, plans with a grammar
-// row, and every sequence, stream and shutdown call reach the wrapped backend unchanged.
+// Invariants: every decode and verify plan without a grammar row runs on the RowForward unless
+// it cannot run it yet (RowForward::runs); its argmax readback is answered from that forward's
+// argmax, its plain rows (SampleRow::plain_draw) are drawn by the RowForward where its logits
+// are, and only its other sampled rows go to the wrapped backend with that forward's logits
+// (sample_logits). A verify's rejected drafts reach the wrapped backend only when the RowForward
+// keeps nothing per position to put back. Prefill plans, plans with a grammar row, and every
+// sequence, stream and shutdown call reach the wrapped backend unchanged.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,13 @@ class RowForward {
   // met's draw (csrc/kernels/sampling.cu's semantics) of each row's logits row `row` of the
   // last run; only for rows that plain_draw().
   virtual std::vector<int32_t> draw(const std::vector<SampleRow>& rows) = 0;
+  // Whether it can run `plan` as things stand (a hybrid's forward: room to keep the state after
+  // each token of its longest verify row); a plan it cannot run goes to the device backend.
+  virtual bool runs(const StepPlan& /*plan*/) const { return true; }
+  // A verify of `seq` kept its first `na` tokens: put back what the forward keeps per position
+  // (a hybrid's recurrent state after token na). False: it keeps nothing of the kind and the
+  // device backend is told instead.
+  virtual bool put_back(const Sequence& /*seq*/, int32_t /*na*/) { return false; }
 };
 
 class DirectForward : public Backend {
@@ -48,11 +57,12 @@ class DirectForward : public Backend {
     device_.compact_sequence(seq, new_slot);
   }
 
-  // A decode or verify plan without a grammar row runs on the RowForward; any other on the
-  // device backend.
+  // A decode or verify plan without a grammar row that the RowForward runs() runs there; any
+  // other on the device backend.
   std::vector<int32_t> execute(const StepPlan& plan) override;
+  // The RowForward puts back what it keeps per position, or else the device backend does.
   void commit_accepted_prefix(Sequence& seq, int32_t na, int32_t k) override {
-    device_.commit_accepted_prefix(seq, na, k);
+    if (!forward_.put_back(seq, na)) device_.commit_accepted_prefix(seq, na, k);
   }
 
   int32_t argmax_on_device(int32_t row, int32_t stream) override;
@@ -70,7 +80,7 @@ class DirectForward : public Backend {
   int64_t device_steps() const { return device_steps_; }
 
  private:
-  static bool takes(const StepPlan& plan);
+  bool takes(const StepPlan& plan) const;
 
   Backend& device_;
   RowForward& forward_;

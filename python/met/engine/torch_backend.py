@@ -112,9 +112,12 @@ class TorchBackend(_core.Backend):
         """The backend the scheduler runs over: this one, or for a model on the C++ CPU forward a
         DirectForward around it, which runs the decode and verify steps without a grammar row
         itself: a greedy one never calls back into Python, a sampled one only to sample
-        (sample_logits)."""
+        (sample_logits). A hybrid's steps there keep its checkpoint index and recurrent state
+        as this backend's would (the state copies are made in C++)."""
         forward = getattr(self.model, "direct_forward", None)
-        return self if forward is None else _core.cpu.DirectForward(self, forward)
+        if forward is None:
+            return self
+        return _core.cpu.DirectForward(self, forward, self.checkpoints)
 
     # --- sequences ---
     def alloc_sequence(self, seq: _core.Sequence, budget: int) -> None:

@@ -160,11 +160,12 @@ class CpuLlama:
         return self._impl.n_threads
 
     @property
-    def direct_forward(self) -> _core.cpu.LlamaForward | None:
+    def direct_forward(self) -> _core.cpu.LlamaForward:
         """The forward the scheduler may run its decode and verify steps on itself (see
-        TorchBackend.for_scheduler); None with recurrent layers, whose state slots and
-        checkpoints this class keeps."""
-        return self._impl if self.cache.state is None else None
+        TorchBackend.for_scheduler). With recurrent layers it runs them on the state pools this
+        class last pointed it at; a verify row longer than the snapshots kept goes through
+        forward_rows, which makes room."""
+        return self._impl
 
     @property
     def kernel_seconds(self) -> float:
