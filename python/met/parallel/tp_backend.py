@@ -34,7 +34,9 @@ class TensorParallelBackend(TorchBackend):
         """Every forward is sent to the worker ranks from here, so none may skip it."""
         return self
 
-    def _forward(self, rows: list[Row], tables: list[list[int]], stream: int, spread: int) -> None:
+    def _forward(
+        self, plan: _core.StepPlan, rows: list[Row], tables: list[list[int]], spread: int
+    ) -> None:
         planned = [
             PlannedRow(row.seq.session_hash, row.start, row.seq.prompt_len, row.tokens, table)
             for row, table in zip(rows, tables, strict=True)
@@ -42,7 +44,7 @@ class TensorParallelBackend(TorchBackend):
         payload = protocol.pack_plan(planned)
         self.group.send(protocol.header(Kind.PLAN, len(rows), 0, payload.numel()), payload)
         self._last_ping = time.monotonic()
-        super()._forward(rows, tables, stream, spread)
+        super()._forward(plan, rows, tables, spread)
 
     def free_sequence(self, seq: _core.Sequence) -> None:
         super().free_sequence(seq)
