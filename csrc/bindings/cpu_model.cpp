@@ -158,15 +158,17 @@ class CpuRowForward : public RowForward {
     size_t stride = 1;
     for (const PlanRow& row : plan.rows) stride = std::max(stride, row.seq->block_table.size());
     PackedRows packed(plan.rows.size(), stride);
-    slots_.clear();
-    verify_.clear();
     for (const PlanRow& row : plan.rows) {
       packed.add(row.tokens, row.start, row.seq->block_table, row.kind == RowKind::Verify);
-      slots_.push_back(row.seq->state_slot);
-      verify_.push_back(row.draft > 0 ? 1 : 0);
     }
     cpu::ForwardBatch batch = packed.batch();
     if (forward_.has_recurrent()) {
+      slots_.clear();
+      verify_.clear();
+      for (const PlanRow& row : plan.rows) {
+        slots_.push_back(row.seq->state_slot);
+        verify_.push_back(row.draft > 0 ? 1 : 0);
+      }
       batch.state_slots = slots_.data();
       batch.verify = verify_.data();
     }

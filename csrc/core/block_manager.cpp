@@ -238,17 +238,14 @@ void BlockManager::release(uint64_t seq) {
 }
 
 void BlockManager::reset_prefix_cache() {
-  std::vector<uint64_t> evicted;
   for (int32_t b = next_[sentinel()]; b != sentinel(); b = next_[b]) {
     if (!blocks_[b].hashed) continue;
-    evicted.push_back(blocks_[b].hash);
+    const uint64_t evicted = blocks_[b].hash;
     drop_hash(b);  // free(cached) -> free(plain), position kept
+    if (on_evict_) on_evict_(evicted);
   }
   num_cached_free_ = 0;
   first_cached_ = sentinel();
-  if (on_evict_) {
-    for (uint64_t hash : evicted) on_evict_(hash);
-  }
 }
 
 }  // namespace met

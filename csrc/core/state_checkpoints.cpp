@@ -24,10 +24,15 @@ std::vector<int32_t> gather(const PlanRow& row, int32_t from, int32_t to) {
   return out;
 }
 
-uint64_t chain(const std::vector<int32_t>& tokens, int32_t blocks, int32_t bs) {
+// The chained keys of the first `blocks` blocks of `tokens`, as the block manager hashes them.
+std::vector<uint64_t> prefix_keys(const int32_t* tokens, int32_t blocks, int32_t bs) {
+  std::vector<uint64_t> keys;
   uint64_t key = kRootBlockHash;
-  for (int32_t j = 0; j < blocks; ++j) key = hash_block(key, &tokens[size_t(j) * bs], size_t(bs));
-  return key;
+  for (int32_t j = 0; j < blocks; ++j) {
+    key = hash_block(key, tokens + size_t(j) * bs, size_t(bs));
+    keys.push_back(key);
+  }
+  return keys;
 }
 
 }  // namespace
@@ -49,12 +54,7 @@ ResumedPrefix StateCheckpoints::resume(uint64_t seq, const std::vector<int32_t>&
   const int32_t bs = block_size_;
   const auto n = static_cast<int32_t>(prompt.size());
   const int32_t most = n == 0 ? 0 : (n - 1) / bs;
-  std::vector<uint64_t> keys;
-  uint64_t key = kRootBlockHash;
-  for (int32_t j = 0; j < most; ++j) {
-    key = hash_block(key, &prompt[size_t(j) * bs], size_t(bs));
-    keys.push_back(key);
-  }
+  const std::vector<uint64_t> keys = prefix_keys(prompt.data(), most, bs);
   for (int32_t boundary = most; boundary > 0; --boundary) {
     const int32_t* index = index_of(keys[size_t(boundary - 1)]);
     if (index == nullptr) continue;
@@ -170,7 +170,7 @@ uint64_t StateCheckpoints::turn_key(const PlanRow& row, int32_t boundary,
 }
 
 uint64_t StateCheckpoints::key_of(const PlanRow& row, int32_t blocks) const {
-  return chain(gather(row, 0, blocks * block_size_), blocks, block_size_);
+  return prefix_keys(gather(row, 0, blocks * block_size_).data(), blocks, block_size_).back();
 }
 
 const int32_t* StateCheckpoints::index_of(uint64_t key) const {

@@ -91,8 +91,8 @@ class BlockManager {
   void reset_prefix_cache();
 
   // Called with each hash the prefix cache loses with its block's KV (grow() taking a cached
-  // block, reset_prefix_cache()), after the transition; not when a hash moves to a live block
-  // that computed the same prefix (commit()). A hybrid's state checkpoint keyed by the hash
+  // block, reset_prefix_cache()), after that block's transition; not when a hash moves to a live
+  // block that computed the same prefix (commit()). A hybrid's state checkpoint keyed by the hash
   // resumes nothing any more (StateCheckpoints). One listener; an empty function removes it.
   void set_eviction_listener(std::function<void(uint64_t)> listener) {
     on_evict_ = std::move(listener);
