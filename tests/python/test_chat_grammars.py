@@ -45,12 +45,14 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tokenizer, llg.LLTo
     return tokenizer, ModelGrammar(tokenizer, tokenizer.vocab_size).tokenizer
 
 
-def walk(model, grammar: str, seed: int, steps: int = 2000) -> str:
+def walk(model, grammar: str, seed: int, steps: int = 2000, start: list[int] | None = None) -> str:
     """Random allowed tokens (printable ASCII preferred, so strings stay short) until the
-    grammar is complete and the pick is to stop."""
+    grammar is complete and the pick is to stop, after the tokens `start`."""
     tokenizer, llt = model
     matcher = llg.LLMatcher(llt, check(Constraint("lark", grammar, param="tools"), llt))
-    rnd, out = random.Random(seed), []
+    rnd, out = random.Random(seed), list(start or [])
+    for token in out:
+        assert matcher.consume_token(token), matcher.get_error()
     for _ in range(steps):
         allowed = np.nonzero(np.frombuffer(matcher.compute_logit_bias(), dtype=np.uint8))[0]
         stop = [int(t) for t in allowed if t in tokenizer.eos_token_ids]
@@ -127,6 +129,26 @@ def test_the_thinking_budget_forces_the_end_marker(model, opened: bool) -> None:
         result = parse("hermes", text, thinking=True) if not opened else None
         if result is not None:
             assert result.reasoning is not None and len(result.tool_calls) == 1
+
+
+def test_a_think_block_without_a_budget_ends_at_its_marker_token(model) -> None:
+    # The end marker is one token of the model: the text before it is a lexeme that cannot hold
+    # it, and with no budget nothing caps it (a forced call on Qwen3.5 with thinking on).
+    plan = Plan(
+        "qwen3_coder",
+        [WEATHER],
+        forced=True,
+        parallel=False,
+        thinking=Thinking(False, budget=None),
+        specials=specials(model),
+    )
+    marks = specials(model)
+    tokenizer, _ = model
+    thought = [marks["<think>"], *tokenizer.encode("hm"), marks["</think>"]]
+    for seed in range(3):
+        text = walk(model, plan.grammar(), seed, start=thought)
+        result = parse("qwen3_coder", text, thinking=True)
+        assert result.reasoning == "hm" and len(result.tool_calls) == 1, text
 
 
 def test_a_budget_without_tools_leaves_the_answer_free(model) -> None:

@@ -96,9 +96,11 @@ class Plan:
         if thinking.close_tag in self.specials:
             # The thinking text cannot hold the end marker, which follows it as its token: the
             # model may write that token at any point, and at the budget it is the only choice.
+            # llguidance takes `&` in a lexeme (upper case) only, and a budget on a rule only.
             no_close = f"/(?s:.*)/ & ~/(?s:.*){close}(?s:.*)/"
             rules = [
-                f"think_text{cap}: {no_close}",
+                f"THINK_TEXT: {no_close}",
+                f"think_text{cap}: THINK_TEXT",
                 f"think_end: think_text {self._token(thinking.close_tag)}",
             ]
         else:  # the marker is several tokens: the text ends at its first occurrence
