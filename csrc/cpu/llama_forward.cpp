@@ -240,8 +240,12 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
 #ifdef _OPENMP
     // The team may be smaller than asked for (e.g. when called from inside another team).
 #pragma omp single
-    barrier_.reset(omp_get_num_threads());
+    {
+      barrier_.reset(omp_get_num_threads());
+      claims_.reset();
+    }
 #endif
+    set_team_claims(&claims_);
     embed(batch, n_tokens);
     barrier_.wait();
     if (dims_.per_layer_dim > 0) per_layer_inputs(batch, n_tokens);
@@ -270,6 +274,7 @@ void LlamaForward::forward(const ForwardBatch& batch, float* logits) {
       if (w.per_layer_input) per_layer_block(w, layer, n_tokens);
     }
     head(batch, logits);
+    set_team_claims(nullptr);
   }
   kernel_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -21,6 +21,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/attention_internal.h"
+#include "cpu/column_claims.h"
 #include "cpu/isa.h"
 #include "cpu/llama_weights.h"
 #include "cpu/ops.h"
@@ -191,6 +192,7 @@ class LlamaForward {
   int64_t max_kv_width_;
   int64_t max_k_;
   TeamBarrier barrier_;
+  ColumnClaims claims_;  // the tails of the threads' column shares (column_claims.h)
   double kernel_seconds_ = 0.0;
   int64_t calls_ = 0;
   // Scratch, grown to the largest batch seen; float rows are dense [tokens, width].

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "column_claims.h"
 #include "quant_matmul_internal.h"
 
 #ifdef _OPENMP
@@ -217,18 +218,47 @@ bool takes_thread_share(Isa isa) {
 
 // This thread's share [begin, end) of `chunks` column chunks, contiguous as schedule(static)
 // deals them.
-void thread_share(int64_t chunks, int64_t* begin, int64_t* end) {
-#ifdef _OPENMP
-  const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
-#else
-  const int64_t threads = 1, me = 0;
-#endif
+void thread_share(int64_t chunks, int64_t threads, int64_t me, int64_t* begin, int64_t* end) {
   const int64_t per = chunks / threads, extra = chunks % threads;
   *begin = me * per + (me < extra ? me : extra);
   *end = *begin + per + (me < extra ? 1 : 0);
 }
 
+// The part of a share that goes to the team's pool (ColumnClaims): its last eighth, rounded up.
+int64_t tail_of(int64_t share) { return (share + 7) / 8; }
+
+int64_t pool_size(int64_t chunks, int64_t threads) {
+  int64_t pool = 0;
+  for (int64_t t = 0; t < threads; ++t) {
+    int64_t begin, end;
+    thread_share(chunks, threads, t, &begin, &end);
+    pool += tail_of(end - begin);
+  }
+  return pool;
+}
+
+// Chunk `index` of the pool: the threads' tails in thread order.
+int64_t pool_chunk(int64_t chunks, int64_t threads, int64_t index) {
+  for (int64_t t = 0; t < threads; ++t) {
+    int64_t begin, end;
+    thread_share(chunks, threads, t, &begin, &end);
+    const int64_t tail = tail_of(end - begin);
+    if (index < tail) return end - tail + index;
+    index -= tail;
+  }
+  return -1;
+}
+
+// The team claims set_team_claims gave this thread, and the number of its last matmul.
+thread_local ColumnClaims* team_claims = nullptr;
+thread_local uint32_t team_calls = 0;
+
 }  // namespace
+
+void set_team_claims(ColumnClaims* claims) {
+  team_claims = claims;
+  team_calls = 0;
+}
 
 void quantize_act_row(const float* x, int64_t k, int64_t row, const detail::QuantActs& acts,
                       Isa isa) {
@@ -251,28 +281,39 @@ void matmul_acts_team(const detail::QuantActs& acts, const uint8_t* w, float* y,
   const int64_t chunks = (n + kColumnsPerChunk - 1) / kColumnsPerChunk;
   const int64_t nb = k / kBlock;
   const int64_t panel = panel_rows(k);
+#ifdef _OPENMP
+  const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+  const int64_t threads = 1, me = 0;
+#endif
+  const detail::MatmulFn matmul = matmul_fn(isa);
+  const bool whole_share = takes_thread_share(isa);
   // Each panel is shared out on its own; the panels write disjoint rows of y, so no thread waits
   // for another between them. A row's result is the same whichever panel holds it.
   for (int64_t r0 = 0; r0 < m; r0 += panel) {
     const int64_t rows = m - r0 < panel ? m - r0 : panel;
     const detail::QuantActs part{acts.qs + r0 * k, acts.scale + r0 * nb, acts.scaled_sum + r0 * nb};
-    const detail::MatmulFn matmul = matmul_fn(isa);
-    if (takes_thread_share(isa)) {
-      int64_t first, last;
-      thread_share(chunks, &first, &last);
+    float* out = y + r0 * stride;
+    const auto run = [&](int64_t first, int64_t last) {
       const int64_t end = last * kColumnsPerChunk < n ? last * kColumnsPerChunk : n;
-      if (first < last) {
-        matmul(part, w, y + r0 * stride, rows, stride, k, q, first * kColumnsPerChunk, end);
-      }
-      continue;
+      matmul(part, w, out, rows, stride, k, q, first * kColumnsPerChunk, end);
+    };
+    // This thread's share but its tail, then pool chunks until the team has claimed them all.
+    int64_t first, last;
+    thread_share(chunks, threads, me, &first, &last);
+    ColumnClaims* claims = threads > 1 ? team_claims : nullptr;
+    const int64_t mine = claims != nullptr ? last - tail_of(last - first) : last;
+    if (whole_share) {
+      if (first < mine) run(first, mine);
+    } else {
+      for (int64_t c = first; c < mine; ++c) run(c, c + 1);
     }
-#ifdef _OPENMP
-#pragma omp for schedule(static) nowait
-#endif
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kColumnsPerChunk;
-      const int64_t end = begin + kColumnsPerChunk < n ? begin + kColumnsPerChunk : n;
-      matmul(part, w, y + r0 * stride, rows, stride, k, q, begin, end);
+    if (claims == nullptr) continue;
+    const uint32_t call = ++team_calls;
+    const int64_t pool = pool_size(chunks, threads);
+    for (int64_t index; (index = claims->claim(call, pool)) >= 0;) {
+      const int64_t c = pool_chunk(chunks, threads, index);
+      run(c, c + 1);
     }
   }
 }
@@ -295,6 +336,7 @@ void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t
   std::vector<int8_t> qs(static_cast<size_t>(m * k));
   std::vector<float> scales(static_cast<size_t>(2 * m * nb));
   const detail::QuantActs acts{qs.data(), scales.data(), scales.data() + m * nb};
+  ColumnClaims claims;
 
 #ifdef _OPENMP
   const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
@@ -307,7 +349,9 @@ void quant_matmul(const float* x, const uint8_t* w, float* y, int64_t m, int64_t
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
+    set_team_claims(&claims);
     matmul_acts_team(acts, w, y, m, n, k, q, isa);
+    set_team_claims(nullptr);
   }
 }
 
