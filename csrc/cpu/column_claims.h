@@ -10,8 +10,8 @@
 //
 // Why: a static split of the columns leaves one thread waiting at the next barrier whenever the
 // other runs slower (a busy core, a noisy neighbour, the first thread's serial row work), and a
-// decode step has a few hundred such barriers: perf on a 2-core Zen 3 VM put 12-15% of both
-// threads' samples in the barrier spin at batch 1. Each thread still starts on its own
+// decode step has a few hundred such barriers: perf on a 2-core Zen 3 VM put 14-17% of each
+// thread's samples in the barrier spin at batch 1. Each thread still starts on its own
 // contiguous share (its weight stream stays in file order); only the last eighth of each share
 // goes to whichever thread gets there first. A column's arithmetic never depends on the thread
 // that computes it, so the outputs are the same bits.
